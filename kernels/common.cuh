@@ -1,0 +1,160 @@
+// Shared device code for every softmax kernel: compute-type traits, vector loads and stores,
+// the online (m, d) state with its merge, and warp / block reductions.
+//
+// The Python loader pastes this header's text in place of `#include "common.cuh"`, so an edit
+// here changes the source string and with it CuPy's kernel cache key.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace csm {
+
+// ---- compute types: half and bfloat16 are computed in float, float in float, double in double.
+template <typename T> struct Traits;
+template <> struct Traits<float> {
+    using C = float;
+    __device__ static float in(float v) { return v; }
+    __device__ static float out(float v) { return v; }
+};
+template <> struct Traits<double> {
+    using C = double;
+    __device__ static double in(double v) { return v; }
+    __device__ static double out(double v) { return v; }
+};
+template <> struct Traits<__half> {
+    using C = float;
+    __device__ static float in(__half v) { return __half2float(v); }
+    __device__ static __half out(float v) { return __float2half_rn(v); }
+};
+template <> struct Traits<__nv_bfloat16> {
+    using C = float;
+    __device__ static float in(__nv_bfloat16 v) { return __bfloat162float(v); }
+    __device__ static __nv_bfloat16 out(float v) { return __float2bfloat16_rn(v); }
+};
+template <typename T> using compute_t = typename Traits<T>::C;
+
+// Sums of exponentials always accumulate in double: a float32 row of 1e8 elements then keeps its
+// normaliser within 1e-6 of a float64 reference (one DADD per element, far below HBM's rate).
+using acc_t = double;
+
+__device__ inline float exp_c(float t) { return expf(t); }
+__device__ inline double exp_c(double t) { return exp(t); }
+
+template <typename C> __device__ inline C neg_inf();
+template <> __device__ inline float neg_inf<float>() { return -__int_as_float(0x7f800000); }
+template <> __device__ inline double neg_inf<double>() { return -__longlong_as_double(0x7ff0000000000000LL); }
+
+// exp(x - m) for one element, with -inf entries contributing exactly 0 even when m is -inf.
+// NaN or +inf anywhere make the slice's sum NaN, so the whole slice comes out NaN (as SciPy).
+template <typename C> __device__ inline C term(C x, C m) {
+    return x == neg_inf<C>() ? C(0) : exp_c(x - m);
+}
+
+// y = e / d written as e * (1/d). For a slice of all -inf: e = 0, 1/d = inf, y = NaN (as SciPy).
+__device__ inline float scale_of(acc_t d, float) { return float(1.0 / d); }
+__device__ inline double scale_of(acc_t d, double) { return 1.0 / d; }
+
+// ---- 16-byte (or narrower) vector access. V elements of T, aligned to V * sizeof(T).
+template <typename T, int V> struct alignas(sizeof(T) * V) Pack { T v[V]; };
+
+template <typename T, int V> __device__ inline Pack<T, V> load_pack(const T* p) {
+    return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+template <typename T, int V> __device__ inline void store_pack(T* p, const Pack<T, V>& v) {
+    *reinterpret_cast<Pack<T, V>*>(p) = v;
+}
+
+// ---- the online softmax state (Milakov & Gimelshein): running max m and sum d of exp(x - m).
+// The identity is (-inf, 0). Merging rescales each side by exp(m_side - m) unless m_side already
+// is the new max, so two -inf maxima never produce exp(-inf - -inf) = NaN.
+template <typename C> struct MD {
+    C m;
+    acc_t d;
+    __device__ static MD identity() { return {neg_inf<C>(), 0.0}; }
+    __device__ void push(C x) {  // d' = d * exp(m - m') + exp(x - m')
+        const C mn = fmax(m, x);  // fmax ignores NaN: m is never NaN, d carries it
+        if (mn != m) { d *= exp_c(acc_t(m) - acc_t(mn)); m = mn; }
+        d += acc_t(term(x, m));
+    }
+    __device__ void merge(const MD& o) {
+        const C mn = fmax(m, o.m);
+        const acc_t a = (m == mn) ? d : d * exp_c(acc_t(m) - acc_t(mn));
+        const acc_t b = (o.m == mn) ? o.d : o.d * exp_c(acc_t(o.m) - acc_t(mn));
+        m = mn;
+        d = a + b;
+    }
+};
+
+// ---- reductions. Fixed shapes and orders: the same input gives bitwise the same result.
+struct MaxOp { template <typename R> __device__ R operator()(R a, R b) const { return fmax(a, b); } };
+struct SumOp { template <typename R> __device__ R operator()(R a, R b) const { return a + b; } };
+
+template <typename R, typename Op>
+__device__ inline R group_reduce(R v, int width, Op op) {  // over aligned groups of `width` lanes
+    for (int o = width / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <typename C>
+__device__ inline MD<C> group_merge(MD<C> s, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) {
+        MD<C> t{__shfl_xor_sync(0xffffffffu, s.m, o), __shfl_xor_sync(0xffffffffu, s.d, o)};
+        s.merge(t);
+    }
+    return s;
+}
+
+// Block-wide reduce. `scratch` holds at least 32 R in shared memory. Every thread folds the
+// per-warp values in warp order, so all threads get the same bits. Two barriers: the second lets
+// the caller reuse scratch at once.
+template <typename R, typename Op>
+__device__ inline R block_reduce(R v, R* scratch, Op op) {
+    v = group_reduce(v, 32, op);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    R r = scratch[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w) r = op(r, scratch[w]);
+    __syncthreads();
+    return r;
+}
+
+template <typename C>
+__device__ inline MD<C> block_merge(MD<C> s, MD<C>* scratch) {
+    s = group_merge(s, 32);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = s;
+    __syncthreads();
+    MD<C> r = scratch[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w) r.merge(scratch[w]);
+    __syncthreads();
+    return r;
+}
+
+// Loads V elements at column c of a row of `cols` elements: one vector load when the whole pack
+// is inside the row, element loads for the pack that straddles the end, `fill` past it.
+template <typename T, int V, typename C>
+__device__ inline void load_row_pack(const T* row, long long c, long long cols, C fill, C (&out)[V]) {
+    if (c + V <= cols) {
+        const Pack<T, V> p = load_pack<T, V>(row + c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = Traits<T>::in(p.v[j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = (c + j < cols) ? Traits<T>::in(row[c + j]) : fill;
+    }
+}
+
+template <typename T, int V, typename C>
+__device__ inline void store_row_pack(T* row, long long c, long long cols, const C (&in)[V]) {
+    if (c + V <= cols) {
+        Pack<T, V> p;
+#pragma unroll
+        for (int j = 0; j < V; ++j) p.v[j] = Traits<T>::out(in[j]);
+        store_pack<T, V>(row + c, p);
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+            if (c + j < cols) row[c + j] = Traits<T>::out(in[j]);
+    }
+}
+
+}  // namespace csm

@@ -1,0 +1,110 @@
+// Fused softmax: the row is held on chip, so each element is read once and written once
+// (2 * itemsize bytes of DRAM traffic per element, the floor for any softmax).
+//
+//   softmax_warp<T, V, P>   row in registers: `width` lanes (a power of two <= 32) share a row,
+//                           each holding P packs of V elements; rows of up to 32 * P * V elements.
+//                           Used for short rows; several rows per warp when width < 32.
+//   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
+//                           limit); each thread keeps the packs it loaded, so after the load the
+//                           row is walked twice on chip (sum of exp, then write). Medium rows.
+//
+// Rows are `cols` contiguous elements; row r starts at x + r * ldx (y + r * ldy). V is chosen
+// by the dispatcher so that every row start is V-aligned; the last pack of a row may be partial.
+// x may equal y (in place): every element is read before it is written, by the same thread, so
+// the pointers are not declared __restrict__.
+#include "common.cuh"
+
+namespace csm {
+
+template <typename T, int V, int P>
+__global__ void softmax_warp(const T* x, T* y, long long rows,
+                             long long cols, long long ldx, long long ldy, int width) {
+    using C = compute_t<T>;
+    const int sub = threadIdx.x & (width - 1);
+    const int rows_per_warp = 32 / width;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    // Loop per warp, not per row: every lane runs the same iterations, so shuffles stay converged.
+    for (long long first = warp * rows_per_warp; first < rows; first += warps * rows_per_warp) {
+        const long long row = first + (threadIdx.x & 31) / width;
+        const bool live = row < rows;
+        const T* xr = x + (live ? row : 0) * ldx;
+        C v[P][V];
+        C m = neg_inf<C>();
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const long long c = ((long long)p * width + sub) * V;
+            load_row_pack<T, V>(xr, c, live ? cols : 0, neg_inf<C>(), v[p]);
+#pragma unroll
+            for (int j = 0; j < V; ++j) m = fmax(m, v[p][j]);
+        }
+        m = group_reduce(m, width, MaxOp());
+        acc_t d = 0;
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                v[p][j] = term(v[p][j], m);
+                d += v[p][j];
+            }
+        d = group_reduce(d, width, SumOp());
+        if (!live) continue;
+        const C s = scale_of(d, C());
+        T* yr = y + row * ldy;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[p][j] *= s;
+            store_row_pack<T, V>(yr, ((long long)p * width + sub) * V, cols, v[p]);
+        }
+    }
+}
+
+// Dynamic shared memory: 32 acc_t of reduction scratch, then the row (cols elements of T,
+// padded to whole packs).
+template <typename T, int V>
+__global__ void softmax_block(const T* x, T* y, long long rows,
+                              long long cols, long long ldx, long long ldy) {
+    using C = compute_t<T>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    acc_t* scratch = reinterpret_cast<acc_t*>(smem);
+    C* cscratch = reinterpret_cast<C*>(smem);
+    T* row_s = reinterpret_cast<T*>(smem + 32 * sizeof(acc_t));
+    const long long packs = (cols + V - 1) / V;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * ldx;
+        C m = neg_inf<C>();
+        // One DRAM read per element: packs go to shared memory, in the same thread's slots
+        // that the two walks below read, so no barrier is needed between them.
+        for (long long k = threadIdx.x; k < packs; k += blockDim.x) {
+            C v[V];
+            load_row_pack<T, V>(xr, k * V, cols, neg_inf<C>(), v);
+            Pack<T, V> p;
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                p.v[j] = Traits<T>::out(v[j]);
+                m = fmax(m, v[j]);
+            }
+            store_pack<T, V>(row_s + k * V, p);
+        }
+        m = block_reduce(m, cscratch, MaxOp());
+        acc_t d = 0;
+        for (long long k = threadIdx.x; k < packs; k += blockDim.x) {
+            const Pack<T, V> p = load_pack<T, V>(row_s + k * V);
+#pragma unroll
+            for (int j = 0; j < V; ++j) d += term(Traits<T>::in(p.v[j]), m);
+        }
+        d = block_reduce(d, scratch, SumOp());
+        const C s = scale_of(d, C());
+        T* yr = y + row * ldy;
+        for (long long k = threadIdx.x; k < packs; k += blockDim.x) {
+            const Pack<T, V> p = load_pack<T, V>(row_s + k * V);
+            C v[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j] = term(Traits<T>::in(p.v[j]), m) * s;
+            store_row_pack<T, V>(yr, k * V, cols, v);
+        }
+    }
+}
+
+}  // namespace csm

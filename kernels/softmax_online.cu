@@ -1,0 +1,71 @@
+// Online tiled softmax for rows too long to hold on chip, any length (64-bit offsets).
+// Each row is cut into `chunks` chunks of `chunk` elements (chunk a multiple of V); one block
+// works on one (row, chunk) at a time. Two launches:
+//
+//   online_partials<T, V>  reads its chunk once and writes that chunk's (m, d) to `part`
+//                          (rows * chunks pairs of double, a few bytes per chunk).
+//   online_finish<T, V>    merges the row's partials in a fixed order, then reads its chunk
+//                          again and writes exp(x - m) / d.
+//
+// DRAM traffic: 2 reads + 1 write per element (the second read may hit L2). The chunk length
+// depends on the row length only, never on the number of rows, so a row's bits do not depend
+// on the batch it came in.
+#include "common.cuh"
+
+namespace csm {
+
+template <typename T, int V>
+__global__ void online_partials(const T* x, long long rows, long long cols, long long ldx,
+                                long long chunk, long long chunks, double* part) {
+    using C = compute_t<T>;
+    __shared__ MD<C> scratch[32];
+    for (long long b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+        const long long row = b / chunks;
+        const long long begin = (b % chunks) * chunk;
+        const long long end = min(cols, begin + chunk);
+        const T* xr = x + row * ldx;
+        MD<C> s = MD<C>::identity();
+        for (long long c = begin + (long long)threadIdx.x * V; c < end; c += (long long)blockDim.x * V) {
+            C v[V];
+            load_row_pack<T, V>(xr, c, end, neg_inf<C>(), v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) s.push(v[j]);
+        }
+        s = block_merge(s, scratch);
+        if (threadIdx.x == 0) {
+            part[2 * b] = double(s.m);
+            part[2 * b + 1] = s.d;
+        }
+    }
+}
+
+template <typename T, int V>
+__global__ void online_finish(const T* x, T* y, long long rows, long long cols, long long ldx,
+                              long long ldy, long long chunk, long long chunks,
+                              const double* part) {
+    using C = compute_t<T>;
+    __shared__ MD<C> scratch[32];
+    for (long long b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+        const long long row = b / chunks;
+        const long long begin = (b % chunks) * chunk;
+        const long long end = min(cols, begin + chunk);
+        MD<C> s = MD<C>::identity();
+        for (long long k = threadIdx.x; k < chunks; k += blockDim.x) {
+            const double* pk = part + 2 * (row * chunks + k);
+            s.merge(MD<C>{C(pk[0]), pk[1]});
+        }
+        s = block_merge(s, scratch);
+        const C scale = scale_of(s.d, C());
+        const T* xr = x + row * ldx;
+        T* yr = y + row * ldy;
+        for (long long c = begin + (long long)threadIdx.x * V; c < end; c += (long long)blockDim.x * V) {
+            C v[V];
+            load_row_pack<T, V>(xr, c, end, neg_inf<C>(), v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j] = term(v[j], s.m) * scale;
+            store_row_pack<T, V>(yr, c, end, v);
+        }
+    }
+}
+
+}  // namespace csm
