@@ -1,0 +1,37 @@
+"""The accuracy contract, one table for tests and the benchmark.
+
+Per element ``|y - ref| <= atol + rtol * |ref|`` against a float64 softmax of the same
+dtype-rounded input, with NaN in the same places.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TOLERANCE = {  # dtype name: (rtol, atol)
+    "float64": (1e-12, 1e-300),
+    "float32": (1e-5, 1e-7),
+    "float16": (1e-3, 1e-7),
+    "bfloat16": (8e-3, 1e-6),
+}
+
+
+def violations(y, ref, dtype_name: str) -> str | None:
+    """None when ``y`` (any dtype, host array) meets the bound against ``ref`` (float64), else a
+    sentence naming the worst element."""
+    rtol, atol = TOLERANCE[dtype_name]
+    y = np.asarray(y, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if y.shape != ref.shape:
+        return f"shape {y.shape} != reference shape {ref.shape}"
+    nan_y, nan_r = np.isnan(y), np.isnan(ref)
+    if (nan_y != nan_r).any():
+        i = np.unravel_index(np.argmax(nan_y != nan_r), y.shape)
+        return f"NaN mismatch at {i}: got {y[i]}, reference {ref[i]}"
+    ok = nan_r | (np.abs(y - ref) <= atol + rtol * np.abs(ref))
+    if ok.all():
+        return None
+    err = np.where(ok, 0.0, np.abs(y - ref) - rtol * np.abs(ref))
+    i = np.unravel_index(np.argmax(err), y.shape)
+    bad = int((~ok).sum())
+    return f"{bad} elements off; worst at {i}: got {y[i]!r}, reference {ref[i]!r} ({dtype_name})"

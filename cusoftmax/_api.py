@@ -1,0 +1,171 @@
+"""The public function and its argument rules (axis, dtype, out=, empty inputs, errors)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from . import _arrays, _dispatch, _host, _kernels
+from ._layout import collapse, normalize_axes
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def result_dtype(dtype) -> np.dtype:
+    """The result's dtype: floats keep theirs, integers promote as NumPy's ``exp`` does."""
+    dtype = np.dtype(dtype)
+    if dtype.name in _FLOATS:
+        return dtype
+    if dtype.kind in "iu":
+        return np.result_type(dtype, np.float16)
+    raise TypeError(
+        f"softmax supports float16, bfloat16, float32, float64 and integer inputs, not {dtype}"
+    )
+
+
+def softmax(x, axis=-1, *, out=None, method=None):
+    """Softmax of `x` along `axis`: ``exp(x - max) / sum(exp(x - max))`` per slice.
+
+    Parameters
+    ----------
+    x : array_like
+        A CuPy array; a PyTorch, JAX or Numba CUDA array (taken without a copy through DLPack
+        or ``__cuda_array_interface__``); or a NumPy array or anything ``numpy.asarray``
+        accepts, computed on the host. float16, bfloat16 (``ml_dtypes``), float32 and float64
+        keep their dtype; integers are promoted as ``numpy.exp`` promotes them.
+    axis : int, tuple of ints or None, optional
+        The axis or axes of each slice (negative counts from the end). ``None`` takes all
+        elements as one slice. Default ``-1``.
+    out : array, optional
+        Where to write the result: same shape as `x`, the result's dtype, the same framework
+        and device. It may be `x` itself (in place). Checked before anything is written.
+    method : {None, 'warp', 'block', 'online', 'columns'}, optional
+        GPU only: force one kernel instead of the dispatcher's choice (for tests and
+        benchmarks). ``'warp'`` holds a row in registers (rows up to 1024 elements),
+        ``'block'`` in one block's shared memory, ``'online'`` runs the two-pass tiled kernel
+        on any row, ``'columns'`` reduces a strided axis in place of a transposing copy.
+
+    Returns
+    -------
+    array
+        The softmax, in the framework of `x` (CuPy, PyTorch, JAX, Numba or NumPy), or `out`.
+
+    Raises
+    ------
+    numpy.exceptions.AxisError
+        If an axis is out of range.
+    TypeError
+        For bool, complex or other non-numeric dtypes, or an `out` of the wrong dtype or kind.
+    ValueError
+        If a reduced axis has length 0, `out` has the wrong shape or device, or `method`
+        cannot run on this input.
+
+    Notes
+    -----
+    As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
+    all NaN, and -inf entries of other slices give 0. GPU work runs on CuPy's current stream.
+    Float16 and bfloat16 are computed in float32, with one rounding when stored.
+
+    Examples
+    --------
+    >>> import numpy as np, cusoftmax
+    >>> cusoftmax.softmax(np.array([0.0, np.log(3.0)]))
+    array([0.25, 0.75])
+    """
+    src = _arrays.adapt(x)
+    arr = src.array
+    dtype = result_dtype(arr.dtype)
+    axes = normalize_axes(axis, arr.ndim)
+    if any(arr.shape[a] == 0 for a in axes):
+        raise ValueError(f"softmax over an axis of length 0 (shape {arr.shape}, axis {axis})")
+    dst = _check_out(out, src, arr.shape, dtype)
+    if not src.on_gpu:
+        if method is not None:
+            raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
+        y = _host.softmax(arr, axes, dtype) if arr.size else np.empty(arr.shape, dtype)
+        if dst is None:
+            return src.wrap(y)
+        np.copyto(dst, y)
+        return out
+    if dst is None:
+        y = _gpu(arr, axes, None, dtype, method)
+        return src.wrap(y)
+    _gpu(arr, axes, dst, dtype, method)
+    return out
+
+
+def _check_out(out, src, shape, dtype):
+    """The array behind `out` (CuPy or NumPy), after every check, or None."""
+    if out is None:
+        return None
+    if src.framework in ("jax", "jaxlib"):
+        raise TypeError("out= cannot be used with JAX arrays: they are immutable")
+    dst = _arrays.adapt(out)
+    if dst.on_gpu != src.on_gpu or dst.framework != src.framework:
+        raise TypeError(
+            f"out must be an array of the same kind as x ({src.framework}), "
+            f"got {type(out).__name__}"
+        )
+    arr = dst.array
+    if arr.shape != tuple(shape):
+        raise ValueError(f"out has shape {arr.shape}, the result has shape {tuple(shape)}")
+    if arr.dtype != dtype:
+        raise TypeError(f"out has dtype {arr.dtype}, the result has dtype {dtype}")
+    if src.on_gpu and arr.device.id != src.array.device.id:
+        raise ValueError(f"out is on device {arr.device.id}, x on device {src.array.device.id}")
+    if not src.on_gpu and not arr.flags.writeable:
+        raise ValueError("out is read-only")
+    return arr
+
+
+def _elem_strides(a) -> tuple[int, ...]:
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+@lru_cache(maxsize=4096)
+def _plan(shape, xs, ys, axes, itemsize, align, device_id, method):
+    """Layout and plan for one call signature; addresses matter only modulo 16 (alignment)."""
+    layout = collapse(shape, xs, ys, axes)
+    limits = _dispatch.device_limits(device_id)
+    return layout, _dispatch.plan(layout, itemsize, align, limits, method)
+
+
+def _gpu(x, axes, out, dtype, method):
+    import cupy
+
+    with x.device:
+        if x.dtype != dtype:
+            x = x.astype(dtype)
+        y = cupy.empty_like(x) if out is None else out
+        if x.size == 0:
+            return y
+        if out is not None and not _same_view(x, out) and cupy.may_share_memory(x, out):
+            y = cupy.empty_like(x)  # a partial overlap: compute aside, then copy into out
+        layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
+                             (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method)
+        if plan is None:
+            _transposed(x, y, axes, method)
+        else:
+            _kernels.run(plan, layout, x, y)
+        if out is not None and y is not out:
+            out[...] = y
+        return y
+
+
+def _same_view(a, b) -> bool:
+    return a.data.ptr == b.data.ptr and a.strides == b.strides and a.shape == b.shape
+
+
+def _transposed(x, y, axes, method):
+    """Strides that no kernel takes: work on a contiguous copy with the reduced axes last."""
+    import cupy
+
+    last = tuple(range(x.ndim - len(axes), x.ndim))
+    xt = cupy.ascontiguousarray(cupy.moveaxis(x, axes, last))
+    yt = cupy.empty_like(xt)
+    tail = tuple(range(xt.ndim - len(axes), xt.ndim))
+    layout, plan = _plan(xt.shape, _elem_strides(xt), _elem_strides(yt), tail, xt.itemsize,
+                         (xt.data.ptr % 16, yt.data.ptr % 16), xt.device.id, method)
+    _kernels.run(plan, layout, xt, yt)
+    cupy.moveaxis(y, axes, last)[...] = yt

@@ -1,0 +1,67 @@
+"""Array adapters: whatever the caller passed becomes a CuPy array (GPU) or a NumPy array (host),
+and the result goes back in the caller's framework, without a copy."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+_DLPACK_CPU = 1
+_DLPACK_GPU = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+
+def cupy_or_none():
+    try:
+        return importlib.import_module("cupy")
+    except ImportError:
+        return None
+
+
+def _framework(obj) -> str:
+    return type(obj).__module__.partition(".")[0]
+
+
+def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any]:
+    """How to hand a result back to ``framework`` (zero-copy through DLPack or the CUDA array
+    interface). Unknown producers get the CuPy (or NumPy) array itself."""
+    if framework == "torch":
+        return importlib.import_module("torch").from_dlpack
+    if framework in ("jax", "jaxlib"):
+        return importlib.import_module("jax.numpy").from_dlpack
+    if framework == "numba" and on_gpu:
+        return importlib.import_module("numba.cuda").as_cuda_array
+    return lambda a: a
+
+
+@dataclass(frozen=True)
+class Adapted:
+    array: Any  # a cupy.ndarray or a numpy.ndarray
+    on_gpu: bool
+    framework: str  # "cupy", "numpy", "torch", "jax", "numba", ...
+    wrap: Callable[[Any], Any]
+
+
+def adapt(obj) -> Adapted:
+    if isinstance(obj, np.ndarray):
+        return Adapted(obj, False, "numpy", lambda a: a)
+    cupy = cupy_or_none()
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return Adapted(obj, True, "cupy", lambda a: a)
+    framework = _framework(obj)
+    if hasattr(obj, "__dlpack_device__"):
+        kind = int(obj.__dlpack_device__()[0])
+        if kind == _DLPACK_CPU:
+            return Adapted(np.from_dlpack(obj), False, framework, _wrapper(framework, False))
+        if kind in _DLPACK_GPU:
+            if cupy is None:
+                raise RuntimeError("a GPU array was passed but CuPy is not installed")
+            return Adapted(cupy.from_dlpack(obj), True, framework, _wrapper(framework, True))
+        raise TypeError(f"unsupported DLPack device type {kind} for {type(obj).__name__}")
+    if hasattr(obj, "__cuda_array_interface__"):
+        if cupy is None:
+            raise RuntimeError("a GPU array was passed but CuPy is not installed")
+        return Adapted(cupy.asarray(obj), True, framework, _wrapper(framework, True))
+    return Adapted(np.asarray(obj), False, "numpy", lambda a: a)

@@ -1,0 +1,191 @@
+"""THE dispatch policy: (layout, dtype, addresses, device limits) -> a plan of kernel launches.
+
+Read top-down, the choice is::
+
+    rows of at most WARP_MAX_COLS elements      -> "warp"    row in registers, 1 read + 1 write
+    rows whose bytes fit one block's shared mem  -> "block"   row in shared memory, 1 read + 1 write
+    any other rows                               -> "online"  (m, d) per chunk, 2 reads + 1 write
+    a strided reduced axis, inner run >= COLUMNS_MIN_INNER
+                                                 -> "columns" 2 reads + 1 write, no transpose
+    a strided reduced axis, short inner run      -> contiguous copy, then the row policy
+
+A forced ``method`` skips the choice; a method that cannot run on the input (a row too long for
+registers or shared memory) raises ``ValueError`` naming the limit. Every number below is the
+first sane value, not a tuned one: the evidence column says so until a benchmark run replaces it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+METHODS = ("warp", "block", "online", "columns")
+
+# Register-resident rows: at most 32 values of the compute type per lane (32 lanes per row).
+# Evidence: register budget (32 values + ~30 of state keeps 16 warps per SM resident); not tuned.
+WARP_MAX_PER_LANE = 32
+WARP_MAX_COLS = 32 * WARP_MAX_PER_LANE
+WARP_BLOCK = 128
+
+# Shared-memory rows: threads per block by row bytes, first row that fits wins.
+# Evidence: none yet, a first version (about 8 to 16 packs of 16 bytes per thread).
+BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
+BLOCK_SCRATCH = 32 * 8  # bytes ahead of the row: 32 doubles of reduction scratch
+
+# Online rows: chunk length from the row length alone (never from the batch), at least
+# ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row.
+# Evidence: none yet; 16 Ki elements is 64 KiB of float32 per block visit.
+ONLINE_MIN_CHUNK = 16 * 1024
+ONLINE_MAX_CHUNKS = 4096
+ONLINE_THREADS = 512
+
+# Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
+# below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (one warp of
+# float32 packs is 128 elements; 32 keeps a sector per access).
+COLUMNS_MIN_INNER = 32
+COLUMNS_THREADS = 256
+
+MAX_GRID = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the policy reads off a device."""
+
+    sm_count: int
+    smem_per_block: int  # opt-in dynamic shared memory per block, bytes
+    capability: tuple[int, int]
+
+
+@lru_cache(maxsize=None)
+def device_limits(device_id: int) -> Limits:
+    import cupy
+
+    attrs = cupy.cuda.Device(device_id).attributes
+    return Limits(
+        sm_count=attrs["MultiProcessorCount"],
+        smem_per_block=attrs["MaxSharedMemoryPerBlockOptin"],
+        capability=(attrs["ComputeCapabilityMajor"], attrs["ComputeCapabilityMinor"]),
+    )
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str  # name in kernels/, e.g. "softmax_warp"
+    template: tuple[int, ...]  # template arguments after the element type
+    grid: int
+    block: int
+    smem: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    method: str
+    vec: int  # elements per vector access
+    launches: tuple[Launch, ...]
+    chunk: int = 0  # online: elements per chunk
+    chunks: int = 0  # online: chunks per row
+    width: int = 0  # warp: lanes per row
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+def vector_width(itemsize: int, addresses, strides) -> int:
+    """The widest power-of-two pack, at most 16 bytes, that every address and stride allows."""
+    v = 16 // itemsize
+    while v > 1 and (any(a % (v * itemsize) for a in addresses) or any(s % v for s in strides)):
+        v //= 2
+    return v
+
+
+def templates(itemsize: int):
+    """Every (kernel, template arguments) this policy can emit for one element size."""
+    for vec in (1 << k for k in range((16 // itemsize).bit_length())):
+        per_lane = 1
+        while per_lane * vec <= WARP_MAX_PER_LANE:
+            yield "softmax_warp", (vec, per_lane)
+            per_lane *= 2
+        for kernel in ("softmax_block", "online_partials", "online_finish", "softmax_columns"):
+            yield kernel, (vec,)
+
+
+def fits_block(cols: int, itemsize: int, vec: int, limits: Limits) -> bool:
+    return BLOCK_SCRATCH + math.ceil(cols / vec) * vec * itemsize <= limits.smem_per_block
+
+
+def _warp(rows, cols, vec) -> Plan:
+    packs = math.ceil(cols / vec)
+    width = min(32, _pow2_at_least(packs))
+    per_lane = _pow2_at_least(math.ceil(packs / width))
+    rows_per_block = WARP_BLOCK // width
+    grid = min(MAX_GRID, math.ceil(rows / rows_per_block))
+    launch = Launch("softmax_warp", (vec, per_lane), grid, WARP_BLOCK)
+    return Plan("warp", vec, (launch,), width=width)
+
+
+def _block(rows, cols, itemsize, vec) -> Plan:
+    row_bytes = math.ceil(cols / vec) * vec * itemsize
+    threads = next(t for limit, t in BLOCK_THREADS if row_bytes <= limit)
+    smem = BLOCK_SCRATCH + row_bytes
+    return Plan("block", vec, (Launch("softmax_block", (vec,), min(MAX_GRID, rows), threads, smem),))
+
+
+def _online(rows, cols, vec) -> Plan:
+    chunk = max(ONLINE_MIN_CHUNK, math.ceil(cols / ONLINE_MAX_CHUNKS))
+    chunk = math.ceil(chunk / vec) * vec
+    chunks = math.ceil(cols / chunk)
+    grid = min(MAX_GRID, rows * chunks)
+    return Plan(
+        "online",
+        vec,
+        (
+            Launch("online_partials", (vec,), grid, ONLINE_THREADS),
+            Launch("online_finish", (vec,), grid, ONLINE_THREADS),
+        ),
+        chunk=chunk,
+        chunks=chunks,
+    )
+
+
+def _columns(outer, inner, vec) -> Plan:
+    work = outer * math.ceil(inner / vec)
+    grid = min(MAX_GRID, math.ceil(work / COLUMNS_THREADS))
+    return Plan("columns", vec, (Launch("softmax_columns", (vec,), grid, COLUMNS_THREADS),))
+
+
+def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
+    """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
+    if method in (None, "warp") and cols <= WARP_MAX_COLS:
+        return _warp(rows, cols, vec)
+    if method == "warp":
+        raise ValueError(f"method='warp' holds rows of at most {WARP_MAX_COLS} elements, got {cols}")
+    if method in (None, "block") and fits_block(cols, itemsize, vec, limits):
+        return _block(rows, cols, itemsize, vec)
+    if method == "block":
+        raise ValueError(
+            f"method='block' needs the row in shared memory: {cols} elements of {itemsize} bytes "
+            f"exceed the device's {limits.smem_per_block} bytes per block"
+        )
+    return _online(rows, cols, vec)
+
+
+def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan | None:
+    """The whole policy for one call. ``layout`` comes from ``_layout.collapse`` (None when the
+    strides allow no [outer][n][inner] view); ``addresses`` are the input's and output's data
+    addresses. None means: make a contiguous copy with the reduced axes last, then plan again."""
+    if method not in (None, *METHODS):
+        raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
+    if layout is None:
+        return None
+    if method == "columns" or (not layout.rows and method is None):
+        if method is None and layout.inner < COLUMNS_MIN_INNER:
+            return None
+        vec = vector_width(itemsize, addresses, layout.xs + layout.ys)
+        return _columns(layout.outer, layout.inner, vec)
+    if not layout.rows:
+        return None
+    vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))
+    return plan_rows(layout.outer, layout.n, itemsize, vec, limits, method)

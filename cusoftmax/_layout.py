@@ -1,0 +1,82 @@
+"""Axis handling, written once: turn (shape, strides, reduced axes) into the 3-D view the kernels
+take, ``[outer][n][inner]``, softmax over ``n``, or say that no such view exists."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from numpy.lib.array_utils import normalize_axis_tuple
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """Sorted, non-negative axes; ``None`` means every axis (as SciPy).
+
+    Raises ``numpy.exceptions.AxisError`` for an axis out of range and ``ValueError`` for a
+    repeated one.
+    """
+    if axis is None:
+        return tuple(range(ndim))
+    if not isinstance(axis, tuple):
+        axis = (axis,)
+    return tuple(sorted(normalize_axis_tuple(axis, ndim, "axis")))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Element (o, k, i) of the input is at ``x + o*xs[0] + k*xs[1] + i`` (output: ``ys``).
+
+    Strides are in elements. ``inner == 1`` with unit ``n`` strides is a batch of contiguous
+    rows (``outer`` rows of ``n`` elements); otherwise the inner axis is contiguous.
+    """
+
+    outer: int
+    n: int
+    inner: int
+    xs: tuple[int, int]
+    ys: tuple[int, int]
+
+    @property
+    def rows(self) -> bool:
+        return self.inner == 1 and self.xs[1] == 1 and self.ys[1] == 1
+
+
+def _chain(dims, shape, strides_list):
+    """Merge dims (ordered outermost first) into one; (size, per-array innermost stride) or None."""
+    for a, b in zip(dims, dims[1:]):
+        if any(s[a] != shape[b] * s[b] for s in strides_list):
+            return None
+    size = math.prod(shape[d] for d in dims)
+    return size, tuple(s[dims[-1]] for s in strides_list) if dims else (0,) * len(strides_list)
+
+
+def collapse(shape, x_strides, y_strides, axes) -> Layout | None:
+    """The [outer][n][inner] view shared by input and output, or None if their strides allow none
+    (then the caller works on a contiguous copy)."""
+    strides = (x_strides, y_strides)
+    live = [d for d in range(len(shape)) if shape[d] != 1]
+
+    def by_stride(dims):
+        return sorted(dims, key=lambda d: -abs(x_strides[d]))
+
+    reduced = _chain(by_stride([d for d in live if d in axes]), shape, strides)
+    if reduced is None:
+        return None
+    n, sn = reduced
+    if n == 1:
+        sn = (1, 1)
+    kept = by_stride([d for d in live if d not in axes])
+    if sn == (1, 1):
+        outer = _chain(kept, shape, strides)
+        if outer is None:
+            return None
+        return Layout(outer[0], n, 1, (outer[1][0], 1), (outer[1][1], 1))
+    # Strided reduction: the kept dims must end in a unit-stride run (the inner axis).
+    for split in range(len(kept)):
+        inner = _chain(kept[split:], shape, strides)
+        if inner is None or inner[1] != (1, 1):
+            continue
+        outer = _chain(kept[:split], shape, strides)
+        if outer is not None:
+            return Layout(outer[0], n, inner[0], (outer[1][0], sn[0]), (outer[1][1], sn[1]))
+    return None
