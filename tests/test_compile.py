@@ -1,0 +1,63 @@
+"""Every kernel instantiation the dispatcher can emit compiles with NVRTC for sm_80 and sm_90.
+
+Runs without a GPU: NVRTC needs no device. Skips only where NVRTC itself is missing."""
+
+import numpy as np
+import pytest
+
+from cusoftmax import _dispatch, _kernels
+
+cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+nvrtc = cupy.cuda.nvrtc
+
+
+def _include_dir():
+    pathfinder = pytest.importorskip("cuda.pathfinder")
+    found = pathfinder.find_nvidia_header_directory("cudart")
+    if found is None:
+        pytest.skip("CUDA runtime headers not found (install the cuda12 or cuda13 extra)")
+    return found
+
+
+def _expressions(filename):
+    for dtype_name in _kernels.C_TYPES:
+        itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
+        for kernel, template in _dispatch.templates(itemsize):
+            if _kernels.FILES[kernel] == filename:
+                yield _kernels.name_expression(kernel, dtype_name, template)
+
+
+@pytest.mark.parametrize("arch", ["80", "90"])
+@pytest.mark.parametrize("filename", sorted(set(_kernels.FILES.values())))
+def test_every_instantiation_compiles(filename, arch):
+    try:
+        nvrtc.getVersion()
+    except Exception as e:
+        pytest.skip(f"NVRTC is not loadable: {e}")
+    exprs = list(_expressions(filename))
+    assert exprs
+    options = ("-std=c++17", f"-arch=sm_{arch}", f"-I{_include_dir()}",
+               "--device-as-default-execution-space")
+    prog = nvrtc.createProgram(_kernels.source(filename), filename, (), ())
+    try:
+        for e in exprs:
+            nvrtc.addNameExpression(prog, e)
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError:
+            pytest.fail(nvrtc.getProgramLog(prog))
+        log = nvrtc.getProgramLog(prog).strip()
+        assert "warning" not in log.lower(), log
+        for e in exprs:
+            assert nvrtc.getLoweredName(prog, e).startswith("_Z")
+        assert len(nvrtc.getCUBIN(prog)) > 0
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def test_header_edit_changes_the_source():
+    """CuPy keys its cache on the source string: the header's text must be inside it."""
+    header = (_kernels.kernel_dir() / _kernels.HEADER).read_text()
+    for filename in set(_kernels.FILES.values()):
+        text = _kernels.source(filename)
+        assert header in text and f'#include "{_kernels.HEADER}"' not in text.replace(header, "")

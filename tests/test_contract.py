@@ -1,0 +1,174 @@
+"""The behaviour contract (DESIGN.md section 3), on the host path and on the GPU."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cusoftmax
+from _support import BF16, assert_same_bits, FLOAT_DTYPES, assert_softmax, assert_sums_to_one, build, make_values, to_host, views
+
+
+
+@given(case=views())
+def test_matches_scipy_on_any_view(xp, case):
+    x, axis = build(xp, case)
+    before = to_host(x).copy()
+    y = cusoftmax.softmax(x, axis=axis)
+    assert type(y) is type(x)
+    assert y.shape == x.shape
+    dtype = cusoftmax._api.result_dtype(x.dtype)
+    assert_softmax(y, x, axis, dtype)
+    assert_same_bits(x, before)  # input never written
+
+
+@given(case=views(dtypes=FLOAT_DTYPES))
+def test_slices_sum_to_one(xp, case):
+    x, axis = build(xp, case)
+    assert_sums_to_one(cusoftmax.softmax(x, axis=axis), axis)
+
+
+@given(
+    dtype=st.sampled_from(FLOAT_DTYPES),
+    shape=st.sampled_from([(7,), (3, 40), (5, 517), (2, 3, 33)]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_shift_invariance(xp, dtype, shape, seed):
+    """softmax(x + c) == softmax(x): inputs on a grid that the shift keeps exact."""
+    step, c = (0.5, 16.0) if dtype == BF16 else (0.125, 32.0)
+    rng = np.random.default_rng(seed)
+    grid = rng.integers(-16, 16, size=shape) * step
+    x, xs = xp.asarray(grid.astype(dtype)), xp.asarray((grid + c).astype(dtype))
+    assert np.array_equal(to_host(xs).astype(np.float64) - c, to_host(x).astype(np.float64))
+    y, ys = cusoftmax.softmax(x), cusoftmax.softmax(xs)
+    assert_softmax(ys, x, -1, dtype)
+    assert_softmax(y, x, -1, dtype)
+
+
+def test_special_values(xp):
+    inf, nan = np.inf, np.nan
+    x = xp.asarray(
+        [
+            [-inf, 0.0, -inf],  # -inf entries give 0
+            [1.0, inf, 2.0],  # +inf: slice all NaN
+            [1.0, nan, 2.0],  # NaN: slice all NaN
+            [-inf, -inf, -inf],  # all -inf: all NaN
+            [0.0, np.log(2.0), np.log(5.0)],  # a normal row beside them
+        ]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = to_host(cusoftmax.softmax(x, axis=1))
+    np.testing.assert_array_equal(y[0], [0.0, 1.0, 0.0])
+    assert np.isnan(y[1:4]).all()
+    np.testing.assert_allclose(y[4], [1 / 8, 2 / 8, 5 / 8], rtol=1e-14)
+
+
+def test_axis_none_and_zero_d(xp):
+    assert float(to_host(cusoftmax.softmax(xp.asarray(3.5), axis=None))) == 1.0
+    x = xp.asarray(make_values(np.random.default_rng(0), (3, 4, 5), np.dtype(np.float32)))
+    assert_softmax(cusoftmax.softmax(x, axis=None), x, None)
+    assert_softmax(cusoftmax.softmax(x, axis=(0, 2)), x, (0, 2))
+    assert_softmax(cusoftmax.softmax(x, axis=-2), x, -2)
+
+
+@pytest.mark.parametrize("axis", [3, -4, (0, 3)])
+def test_axis_out_of_range(xp, axis):
+    with pytest.raises(np.exceptions.AxisError):
+        cusoftmax.softmax(xp.ones((2, 3, 4)), axis=axis)
+
+
+def test_repeated_axis(xp):
+    with pytest.raises(ValueError, match="repeated"):
+        cusoftmax.softmax(xp.ones((2, 3)), axis=(1, -1))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "complex64", "complex128"])
+def test_unsupported_dtypes_name_the_dtype(xp, dtype):
+    with pytest.raises(TypeError, match=dtype):
+        cusoftmax.softmax(xp.ones((2, 3), dtype=dtype))
+
+
+def test_object_and_string_dtypes():
+    for x in (np.array(["a", "b"]), np.array([1, None], dtype=object)):
+        with pytest.raises(TypeError, match=str(x.dtype)):
+            cusoftmax.softmax(x)
+
+
+@pytest.mark.parametrize(
+    "dtype,expected",
+    [("int8", "float16"), ("uint8", "float16"), ("int16", "float32"), ("uint16", "float32"),
+     ("int32", "float64"), ("uint32", "float64"), ("int64", "float64"), ("uint64", "float64")],
+)
+def test_integer_promotion_follows_exp(xp, dtype, expected):
+    assert np.exp(np.ones(1, dtype)).dtype == expected
+    x = xp.asarray(np.arange(12, dtype=dtype).reshape(3, 4))
+    y = cusoftmax.softmax(x)
+    assert y.dtype == expected
+    assert_softmax(y, x, -1, expected)
+
+
+def test_reduced_axis_of_length_zero(xp):
+    with pytest.raises(ValueError, match="length 0"):
+        cusoftmax.softmax(xp.ones((3, 0)), axis=1)
+
+
+def test_other_axis_of_length_zero(xp):
+    y = cusoftmax.softmax(xp.ones((0, 4), dtype=np.float32), axis=1)
+    assert y.shape == (0, 4) and y.dtype == np.float32 and type(y) is xp.ndarray
+
+
+def test_out_and_in_place(xp):
+    x = xp.asarray(make_values(np.random.default_rng(1), (6, 50), np.dtype(np.float32)))
+    expect = to_host(cusoftmax.softmax(x))
+    out = xp.full(x.shape, np.nan, dtype=np.float32)
+    assert cusoftmax.softmax(x, out=out) is out
+    np.testing.assert_array_equal(to_host(out), expect)
+    x2 = x.copy()
+    assert cusoftmax.softmax(x2, out=x2) is x2
+    np.testing.assert_array_equal(to_host(x2), expect)
+    t = x.T.copy()  # out with other strides than x
+    outT = xp.full(t.shape, np.nan, dtype=np.float32)
+    cusoftmax.softmax(t, axis=0, out=outT)
+    np.testing.assert_allclose(to_host(outT).T, expect, rtol=1e-6, atol=1e-7)
+
+
+def test_out_overlapping_the_input(xp):
+    base = xp.asarray(make_values(np.random.default_rng(2), (9, 40), np.dtype(np.float64)))
+    expect = to_host(cusoftmax.softmax(base[1:]))
+    cusoftmax.softmax(base[1:], out=base[:-1])  # out shifted by one row over x
+    np.testing.assert_allclose(to_host(base[:-1]), expect, rtol=1e-13)
+
+
+def test_out_checked_before_writing(xp):
+    x = xp.ones((3, 4), dtype=np.float32)
+    for bad, err in [
+        (xp.zeros((4, 3), np.float32), ValueError),
+        (xp.zeros((3, 4), np.float64), TypeError),
+        (np.zeros((3, 4), np.float32) if xp is not np else [[0.0] * 4] * 3, TypeError),
+    ]:
+        with pytest.raises(err):
+            cusoftmax.softmax(x, out=bad)
+        if hasattr(bad, "shape"):
+            assert not to_host(bad).any()
+
+
+def test_no_warnings_for_nan_and_inf(xp):
+    x = xp.asarray([[np.nan, np.inf, -np.inf], [-np.inf, -np.inf, -np.inf]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = cusoftmax.softmax(x)
+    assert np.isnan(to_host(y)).all()
+
+
+def test_lists_and_scalars_go_to_the_host():
+    y = cusoftmax.softmax([1.0, 2.0, 3.0])
+    assert isinstance(y, np.ndarray)
+    assert_softmax(y, np.array([1.0, 2.0, 3.0]), -1)
+
+
+def test_method_is_for_gpu_inputs():
+    with pytest.raises(ValueError, match="GPU"):
+        cusoftmax.softmax(np.ones(3), method="warp")

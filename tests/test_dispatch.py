@@ -1,0 +1,109 @@
+"""The dispatch policy against stated device limits (no GPU needed)."""
+
+import math
+
+import pytest
+
+from cusoftmax import _dispatch as d
+from cusoftmax._layout import Layout
+
+H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0))
+A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0))
+
+
+def block_max_cols(limits, itemsize, vec):
+    return (limits.smem_per_block - d.BLOCK_SCRATCH) // (vec * itemsize) * vec
+
+
+def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):
+    return d.plan_rows(rows, cols, itemsize, vec or 16 // itemsize, limits, method)
+
+
+@pytest.mark.parametrize("limits", [H200, A100])
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_thresholds_come_from_the_device(limits, itemsize):
+    vec = 16 // itemsize
+    top = block_max_cols(limits, itemsize, vec)
+    assert top * itemsize <= limits.smem_per_block
+    for cols, method in [
+        (1, "warp"), (2, "warp"), (3, "warp"), (d.WARP_MAX_COLS - 1, "warp"),
+        (d.WARP_MAX_COLS, "warp"), (d.WARP_MAX_COLS + 1, "block"),
+        (top - 1, "block"), (top, "block"), (top + 1, "online"), (2**31 + 7, "online"),
+    ]:
+        p = rows_plan(cols, itemsize, vec, limits)
+        assert p.method == method, (cols, p)
+        assert set((l.kernel, l.template) for l in p.launches) <= set(d.templates(itemsize))
+        assert all(0 < l.grid <= d.MAX_GRID and l.block % 32 == 0 for l in p.launches)
+        if method == "block":
+            assert p.launches[0].smem <= limits.smem_per_block
+
+
+def test_block_limit_tracks_the_device():
+    assert block_max_cols(H200, 4, 4) > block_max_cols(A100, 4, 4)
+    cols = block_max_cols(A100, 4, 4) + 1
+    assert rows_plan(cols, limits=A100).method == "online"
+    assert rows_plan(cols, limits=H200).method == "block"
+
+
+def test_warp_shape():
+    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 rows per warp
+    assert (p.width, p.launches[0].template) == (8, (4, 1))
+    p = rows_plan(517, 4, 1)  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
+    assert (p.width, p.launches[0].template) == (32, (1, 32))
+    p = rows_plan(1024, 2, 8)
+    assert (p.width, p.launches[0].template) == (32, (8, 4))
+
+
+def test_online_chunks_do_not_depend_on_the_batch():
+    plans = [rows_plan(10**6, rows=r) for r in (1, 7, 100000)]
+    assert len({(p.chunk, p.chunks) for p in plans}) == 1
+    p = plans[0]
+    assert p.chunk % p.vec == 0 and p.chunk * p.chunks >= 10**6 > p.chunk * (p.chunks - 1)
+    huge = rows_plan(2**33, rows=3)
+    assert huge.chunks <= d.ONLINE_MAX_CHUNKS and huge.launches[0].grid == 3 * huge.chunks
+
+
+def test_grid_is_capped_for_huge_batches():
+    p = rows_plan(2, 4, 1, rows=2**40)
+    assert p.launches[0].grid == d.MAX_GRID
+
+
+@pytest.mark.parametrize(
+    "itemsize,addresses,strides,vec",
+    [(4, (0, 0), (64, 64), 4), (4, (4, 0), (64, 64), 1), (4, (8, 0), (64, 64), 2),
+     (4, (0, 0), (63, 64), 1), (2, (0, 8), (64, 64), 4), (2, (0, 0), (64, 64), 8), (8, (0, 0), (3,), 1)],
+)
+def test_vector_width(itemsize, addresses, strides, vec):
+    assert d.vector_width(itemsize, addresses, strides) == vec
+
+
+def test_forced_methods():
+    assert rows_plan(5000, method="online").method == "online"
+    assert rows_plan(5, method="block").method == "block"
+    with pytest.raises(ValueError, match="at most 1024"):
+        rows_plan(1025, method="warp")
+    with pytest.raises(ValueError, match="shared memory"):
+        rows_plan(10**6, method="block")
+    with pytest.raises(ValueError, match="method must be"):
+        d.plan(Layout(1, 2, 1, (2, 1), (2, 1)), 4, (0, 0), H200, method="fast")
+
+
+def test_layout_policy():
+    rows = Layout(10, 100, 1, (100, 1), (100, 1))
+    assert d.plan(rows, 4, (0, 0), H200).method == "warp"
+    assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
+    wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
+    p = d.plan(wide, 4, (0, 0), H200)
+    assert p.method == "columns" and p.vec == 4
+    assert p.launches[0].grid * p.launches[0].block * p.vec >= 16384
+    narrow = Layout(1, 4096, d.COLUMNS_MIN_INNER - 1, (0, 31), (0, 31))
+    assert d.plan(narrow, 4, (0, 0), H200) is None  # transposing copy, then rows
+    assert d.plan(narrow, 4, (0, 0), H200, method="columns").method == "columns"
+    assert d.plan(None, 4, (0, 0), H200) is None
+
+
+def test_templates_are_finite_and_cover_vector_widths():
+    for itemsize in (2, 4, 8):
+        t = list(d.templates(itemsize))
+        assert len(t) == len(set(t))
+        assert {v for (_, (v, *_)) in t} == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}

@@ -1,0 +1,166 @@
+"""GPU kernels: every path against SciPy, forced paths against each other, and the hard cases
+that have broken softmax kernels elsewhere. Skipped where there is no CUDA device."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cusoftmax
+from cusoftmax import _dispatch
+from _support import BF16, FLOAT_DTYPES, assert_softmax, build, make_values, requires_gpu, to_host, views
+
+cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+pytestmark = requires_gpu
+
+ROW_METHODS = ("warp", "block", "online", "columns")
+
+
+def limits():
+    return _dispatch.device_limits(cupy.cuda.Device().id)
+
+
+def block_top(dtype):
+    """The longest row (elements) the block kernel holds on this device, 16-byte packs."""
+    isz = np.dtype(dtype).itemsize
+    vec = 16 // isz
+    return (limits().smem_per_block - _dispatch.BLOCK_SCRATCH) // (vec * isz) * vec
+
+
+def runnable(method, cols, dtype):
+    if method == "warp":
+        return cols <= _dispatch.WARP_MAX_COLS
+    if method == "block":
+        return cols <= block_top(dtype)
+    return True
+
+
+def poisoned_softmax(x, axis=-1, method=None):
+    """softmax into an out= array filled with NaN first, so an unwritten element shows."""
+    out = cupy.full(x.shape, np.nan, dtype=x.dtype)
+    assert cusoftmax.softmax(x, axis=axis, out=out, method=method) is out
+    return out
+
+
+@given(case=views(dtypes=FLOAT_DTYPES, widths=(1, 2, 3, 31, 33, 517, 1025, 2049)),
+       method=st.sampled_from(ROW_METHODS))
+def test_forced_methods_on_any_view(case, method):
+    x, axis = build(cupy, case)
+    if axis is None or isinstance(axis, tuple):
+        pytest.skip("forced row kernels are checked on one axis")  # None/tuple: covered below
+    if not runnable(method, x.shape[axis], x.dtype):
+        with pytest.raises(ValueError):
+            cusoftmax.softmax(x, axis=axis, method=method)
+        return
+    assert_softmax(poisoned_softmax(x, axis, method), x, axis)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_widths_around_every_threshold(dtype):
+    rng = np.random.default_rng(7)
+    top = block_top(dtype)
+    widths = {1, 2, 3, 31, 32, 33, 517, 1023, 1024, 1025, 2049, 65537, top - 1, top, top + 1}
+    for cols in sorted(widths):
+        x = cupy.asarray(make_values(rng, (3, cols), np.dtype(dtype), scale=4.0))
+        results = {}
+        for method in (None, *ROW_METHODS):
+            if runnable(method, cols, dtype):
+                results[method] = y = poisoned_softmax(x, method=method)
+                assert_softmax(y, x, -1)
+        assert len(results) >= 3
+
+
+@pytest.mark.parametrize("method", ROW_METHODS)
+def test_many_rows_past_grid_limits(method):
+    x = cupy.asarray(make_values(np.random.default_rng(3), (70001, 40), np.dtype(np.float32)))
+    assert_softmax(poisoned_softmax(x, method=method), x, -1)
+
+
+@pytest.mark.parametrize("cols", [2, 33, 2049, 70000])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_misaligned_rows(cols, dtype):
+    base = cupy.asarray(make_values(np.random.default_rng(4), (5, cols + 1), np.dtype(dtype)))
+    x = base[:, 1:]  # every row starts one element past a 16-byte boundary
+    for method in (None, *ROW_METHODS):
+        if runnable(method, cols, dtype):
+            assert_softmax(poisoned_softmax(x, method=method), x, -1)
+
+
+@pytest.mark.parametrize("cols", [5, 700, 9000, 100000])
+def test_special_rows_beside_normal_rows(cols):
+    rng = np.random.default_rng(5)
+    v = make_values(rng, (7, cols), np.dtype(np.float64))
+    v[1, cols // 2] = np.nan
+    v[2, -1] = np.inf
+    v[3, :] = -np.inf
+    v[4, : (cols + 1) // 2] = -np.inf  # a masked prefix: whole chunks of -inf in the online path
+    v[5, 1:] = -np.inf
+    x = cupy.asarray(v)
+    for method in ROW_METHODS:
+        if runnable(method, cols, x.dtype):
+            y = to_host(poisoned_softmax(x, method=method))
+            assert_softmax(y, v, -1)
+            assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, 4, 5, 6]]).any()
+            assert y[5, 0] == 1.0
+
+
+@pytest.mark.parametrize("method", ROW_METHODS)
+def test_deterministic_and_batch_independent(method):
+    cols = 3000 if method != "warp" else 700
+    x = cupy.asarray(make_values(np.random.default_rng(6), (64, cols), np.dtype(np.float32)))
+    a = cusoftmax.softmax(x, method=method)
+    b = cusoftmax.softmax(x, method=method)
+    assert cupy.array_equal(a, b)
+    alone = cusoftmax.softmax(x[17:18].copy(), method=method)
+    assert cupy.array_equal(alone[0], a[17])
+
+
+@pytest.mark.parametrize("shape,axis", [((300, 4096), 0), ((4096, 300), 0), ((64, 33), 0),
+                                        ((8, 130, 70), 1), ((5, 6, 7, 8), (0, 2))])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_strided_axes(shape, axis, dtype):
+    x = cupy.asarray(make_values(np.random.default_rng(8), shape, np.dtype(dtype)))
+    assert_softmax(poisoned_softmax(x, axis=axis), x, axis)
+    if not isinstance(axis, tuple):
+        assert_softmax(poisoned_softmax(x, axis=axis, method="columns"), x, axis)
+        assert_softmax(poisoned_softmax(x, axis=axis, method="online"), x, axis)
+
+
+def test_runs_on_the_current_stream():
+    """Captured into a graph on a non-default stream: nothing runs until the graph is launched,
+    so every kernel of the call was issued on that stream."""
+    x = cupy.asarray(make_values(np.random.default_rng(9), (33, 100), np.dtype(np.float32)))
+    out = cupy.full_like(x, np.nan)
+    cusoftmax.softmax(x, out=out)  # compile and plan outside the capture
+    out.fill(np.nan)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        cusoftmax.softmax(x, out=out)
+        graph = stream.end_capture()
+        stream.synchronize()
+        assert bool(cupy.isnan(out).all())
+        graph.launch()
+        stream.synchronize()
+    assert_softmax(out, x, -1)
+
+
+def test_other_device_out_is_rejected():
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    x = cupy.ones((2, 3), dtype=np.float32)
+    with cupy.cuda.Device(1):
+        out = cupy.zeros((2, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match="device"):
+        cusoftmax.softmax(x, out=out)
+
+
+@pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed")
+def test_bfloat16_rounds_once():
+    """Half types compute in float32 and round once: within half an ulp of the exact value."""
+    x = cupy.asarray(make_values(np.random.default_rng(10), (16, 777), BF16))
+    y = to_host(cusoftmax.softmax(x)).astype(np.float64)
+    ref = to_host(cusoftmax.softmax(x.astype(np.float64)))
+    tiny = ref < 1e-30
+    ulp = 2.0 ** (np.floor(np.log2(np.where(tiny, 1.0, ref))) - 7)  # bfloat16: 8 significant bits
+    assert np.all(np.abs(y - ref) <= np.where(tiny, 1e-30, 0.5 * ulp + 1e-5 * ref))
