@@ -1,0 +1,351 @@
+"""Benchmark: ``python -m cusoftmax.bench --help``.
+
+GB/s counts the least traffic any softmax needs, one read and one write of the tensor, over the
+kernel time (CUDA events around one call, L2 flushed before it, median of the repeats). The
+ceiling is a device-to-device copy of the same bytes, timed the same way in the same run; each
+result is reported as a fraction of it, and as a ratio to every peer that is installed
+(cupyx.scipy.special.softmax always; torch.softmax, jax.nn.softmax and a one-program-per-row
+Triton softmax when importable). JAX runs on its own streams, so it is timed by wall clock
+around a batch of calls ending in ``block_until_ready`` (no flush inside the batch). Every result
+is checked against a float64 reference before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+DEFAULT_WIDTHS = [2**k for k in range(5, 21)]  # 32 .. 1,048,576
+DEFAULT_DTYPES = ["float32", "bfloat16", "float16"]
+AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguous
+LONG_ROWS = [2**24, 2**27]  # float32, one row each
+
+
+def _int_expr(text: str) -> int:
+    """An element count such as 67108864 or 2**26."""
+    base, _, exp = text.partition("**")
+    return int(base) ** int(exp) if exp else int(base)
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m cusoftmax.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
+                   help="comma-separated dtypes (default: %(default)s)")
+    p.add_argument("--widths", default=None,
+                   help="comma-separated row widths (default: powers of two 32 .. 1048576)")
+    p.add_argument("--total", type=_int_expr, default=2**26,
+                   help="elements per tensor, e.g. 2**26 (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=30, help="timed calls per case (default: 30)")
+    p.add_argument("--peers", default="cupyx,torch,jax,triton",
+                   help="peers to run when importable (default: %(default)s)")
+    p.add_argument("--no-axis0", action="store_true", help="skip the axis-0 shapes")
+    p.add_argument("--no-long", action="store_true", help="skip the single long rows")
+    p.add_argument("--out", default="bench-results", help="folder for CSV, JSON, PNG")
+    return p.parse_args(argv)
+
+
+def _progress(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Timer:
+    """Median kernel time of fn() in microseconds, L2 flushed before each call."""
+
+    def __init__(self, cupy, repeat):
+        self.cupy, self.repeat = cupy, repeat
+        l2 = cupy.cuda.Device().attributes.get("L2CacheSize", 64 << 20)
+        self.flush = cupy.empty(l2, dtype=cupy.float32)  # 4x the L2's bytes
+
+    def events(self, fn):
+        cp = self.cupy
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(self.repeat):
+            self.flush.fill(0)
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
+        return statistics.median(times)
+
+    def wall(self, fn, sync, batch=10):
+        for _ in range(3):
+            sync(fn())
+        times = []
+        for _ in range(max(3, self.repeat // batch)):
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                r = fn()
+            sync(r)
+            times.append((time.perf_counter() - t0) / batch * 1e6)
+        return statistics.median(times)
+
+
+def _reference_ok(cupy, x, y, axis, dtype_name):
+    """Sampled slices of y against a float64 softmax of the same input."""
+    from ._accuracy import violations
+
+    xs, ys = (cupy.moveaxis(a, axis, -1) for a in (x, y))
+    xs, ys = xs.reshape(-1, xs.shape[-1]), ys.reshape(-1, ys.shape[-1])
+    pick = np.unique(np.linspace(0, xs.shape[0] - 1, 8).astype(np.int64))
+    x64 = xs[pick].astype(cupy.float64)
+    e = cupy.exp(x64 - x64.max(axis=-1, keepdims=True))
+    ref = e / e.sum(axis=-1, keepdims=True)
+    return violations(cupy.asnumpy(ys[pick].astype(cupy.float64)), cupy.asnumpy(ref), dtype_name)
+
+
+def _peers(names, cupy):
+    """name -> factory(x, axis) returning (callable, timing kind, sync) or None if n/a."""
+    peers = {}
+    if "cupyx" in names:
+        import cupyx.scipy.special as cs
+
+        peers["cupyx"] = lambda x, axis: (lambda: cs.softmax(x, axis=axis), "events", None)
+    if "torch" in names:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                def tf(x, axis):
+                    t = torch.from_dlpack(x)
+                    return (lambda: torch.softmax(t, dim=axis)), "events", None
+                peers["torch"] = tf
+        except ImportError:
+            pass
+    if "jax" in names:
+        try:
+            import jax
+            import jax.numpy as jnp
+
+            if jax.devices()[0].platform == "gpu":
+                def jf(x, axis):
+                    jx = jnp.from_dlpack(x)
+                    f = jax.jit(lambda a: jax.nn.softmax(a, axis=axis))
+                    return (lambda: f(jx)), "wall", (lambda r: r.block_until_ready())
+                peers["jax"] = jf
+        except (ImportError, RuntimeError):
+            pass
+    if "triton" in names:
+        try:
+            from ._triton_peer import triton_softmax
+
+            peers["triton"] = lambda x, axis: triton_softmax(x, axis)
+        except ImportError:
+            pass
+    return peers
+
+
+def _cases(args):
+    dtypes = args.dtypes.split(",")
+    widths = [int(w) for w in args.widths.split(",")] if args.widths else DEFAULT_WIDTHS
+    for dt in dtypes:
+        for w in widths:
+            if w <= args.total:
+                yield dt, (args.total // w, w), -1
+    if not args.no_axis0:
+        for dt in [d for d in dtypes if d in ("float32", "bfloat16")]:
+            for shape in AXIS0_SHAPES:
+                yield dt, shape, 0
+    if not args.no_long and "float32" in dtypes:
+        for n in LONG_ROWS:
+            yield "float32", (1, n), -1
+
+
+def _dtype(cupy, name):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _host_overhead(cupy, peers):
+    """Host microseconds per call on a tiny input (4 x 256 float32), launches not awaited."""
+    import cusoftmax
+
+    x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
+    calls = {"cusoftmax": lambda: cusoftmax.softmax(x)}
+    if "torch" in peers:
+        import torch
+
+        t = torch.from_dlpack(x)
+        calls["torch"] = lambda: torch.softmax(t, dim=-1)
+    if "cupyx" in peers:
+        import cupyx.scipy.special as cs
+
+        calls["cupyx"] = lambda: cs.softmax(x, axis=-1)
+    out = {}
+    for name, fn in calls.items():
+        for _ in range(200):
+            fn()
+        cupy.cuda.Device().synchronize()
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / 2000 * 1e6)
+            cupy.cuda.Device().synchronize()
+        out[name] = best
+    return out
+
+
+def main(argv=None):
+    args = _parse(argv)
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        print(f"cusoftmax.bench needs a CUDA GPU and CuPy: {e}", file=sys.stderr)
+        return 2
+    import cusoftmax
+
+    dev = cupy.cuda.Device()
+    name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
+    timer = Timer(cupy, args.repeat)
+    peers = _peers(args.peers.split(","), cupy)
+    cases = list(_cases(args))
+    rows = []
+    _progress(f"{name}: {len(cases)} cases, peers: {', '.join(peers) or 'none'}")
+    for i, (dt_name, shape, axis) in enumerate(cases, 1):
+        dt = _dtype(cupy, dt_name)
+        _progress(f"[{i}/{len(cases)}] {dt_name} {shape[0]}x{shape[1]} axis {axis}")
+        x = (cupy.random.default_rng(i).standard_normal(shape, dtype=cupy.float32) * 3).astype(dt)
+        nbytes = 2 * x.nbytes
+        dst = cupy.empty_like(x)
+        copy_us = timer.events(lambda: cupy.cuda.runtime.memcpyAsync(
+            dst.data.ptr, x.data.ptr, x.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice,
+            cupy.cuda.get_current_stream().ptr))
+        impls = {"cusoftmax": lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)}
+        impls.update(peers)
+        row = {"device": name, "dtype": dt_name, "rows": shape[0], "cols": shape[1], "axis": axis,
+               "copy_GBps": nbytes / copy_us / 1e3}
+        for impl, factory in impls.items():
+            try:
+                made = factory(x, axis)
+                if made is None:
+                    continue
+                fn, kind, sync = made
+                y = fn()
+                if sync:
+                    sync(y)
+                y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
+                bad = _reference_ok(cupy, x, y, axis, dt_name)
+                if bad:
+                    row[f"{impl}_error"] = bad
+                    _progress(f"    {impl}: WRONG RESULT, not timed: {bad}")
+                    continue
+                del y
+                us = timer.events(fn) if kind == "events" else timer.wall(fn, sync)
+                row[f"{impl}_us"] = us
+                row[f"{impl}_GBps"] = nbytes / us / 1e3
+                row[f"{impl}_frac"] = copy_us / us
+            except Exception as e:  # a peer that cannot run this case: n/a, reason kept
+                row[f"{impl}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                _progress(f"    {impl}: n/a ({row[f'{impl}_error']})")
+        rows.append(row)
+        del x, dst
+        cupy.get_default_memory_pool().free_all_blocks()
+    overhead = _host_overhead(cupy, peers)
+    _report(rows, list(impls), overhead, name, Path(args.out))
+    return 0
+
+
+def _versions():
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("cusoftmax", "cupy-cuda12x", "cupy-cuda13x", "torch", "jax", "triton", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    if "cusoftmax" not in out:
+        from . import __version__
+
+        out["cusoftmax"] = f"{__version__} (source tree)"
+    return out
+
+
+def _report(rows, impls, overhead, device, out: Path):
+    out.mkdir(parents=True, exist_ok=True)
+    peers = [p for p in impls if p != "cusoftmax"]
+    head = ["dtype", "shape", "axis", "copy GB/s", "ours GB/s", "ours/copy"] + [f"vs {p}" for p in peers]
+    lines = []
+    for r in rows:
+        ours = r.get("cusoftmax_us")
+        cells = [r["dtype"], f"{r['rows']}x{r['cols']}", str(r["axis"]), f"{r['copy_GBps']:.0f}",
+                 f"{r['cusoftmax_GBps']:.0f}" if ours else "ERR",
+                 f"{r['cusoftmax_frac']:.2f}" if ours else "ERR"]
+        for p in peers:
+            cells.append(f"{r[f'{p}_us'] / ours:.2f}" if ours and f"{p}_us" in r else "n/a")
+        lines.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    table = [" | ".join(h.ljust(w) for h, w in zip(head, widths)),
+             "-|-".join("-" * w for w in widths)]
+    table += [" | ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in lines]
+    meta = {"device": device, "date": time.strftime("%Y-%m-%d"), "versions": _versions(),
+            "host_us_per_call_4x256_float32": overhead}
+    text = "\n".join(table)
+    print(f"\n{device}, {meta['date']}; 'vs X' = X's time / ours (> 1: ours faster)\n{text}")
+    print("host us per call (4x256 float32): " +
+          ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))
+    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("dtype", "rows", "cols", "axis"), k))
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(rows)
+    (out / "table.md").write_text(text + "\n")
+    _plot(rows, impls, device, out / "bench.png")
+
+
+def _plot(rows, impls, device, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _progress("matplotlib is not installed: no plot")
+        return
+    sweep = [r for r in rows if r["axis"] == -1 and r["rows"] > 1]
+    dtypes = sorted({r["dtype"] for r in sweep})
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4.5), squeeze=False)
+    for ax, dt in zip(axes[0], dtypes):
+        rs = sorted((r for r in sweep if r["dtype"] == dt), key=lambda r: r["cols"])
+        cols = [r["cols"] for r in rs]
+        ax.plot(cols, [r["copy_GBps"] for r in rs], "k--", label="device copy")
+        for impl in impls:
+            pts = [(r["cols"], r[f"{impl}_GBps"]) for r in rs if f"{impl}_GBps" in r]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("row width (elements)")
+        ax.set_ylabel("GB/s (1 read + 1 write)")
+        ax.set_title(f"{dt}, {rs[0]['rows'] * rs[0]['cols'] if rs else 0} elements")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(device)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
