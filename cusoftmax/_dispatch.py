@@ -6,7 +6,8 @@ Read top-down, the choice is::
     rows whose bytes fit one block's shared mem  -> "block"   row in shared memory, 1 read + 1 write
     any other rows                               -> "online"  (m, d) per chunk, 2 reads + 1 write
     a strided reduced axis, inner run >= COLUMNS_MIN_INNER
-                                                 -> "columns" 2 reads + 1 write, no transpose
+                                                 -> "columns" (m, d) per chunk of the axis,
+                                                              2 reads + 1 write, no transpose
     a strided reduced axis, short inner run      -> contiguous copy, then the row policy
 
 A forced ``method`` skips the choice; a method that cannot run on the input (a row too long for
@@ -40,10 +41,14 @@ ONLINE_MIN_CHUNK = 16 * 1024
 ONLINE_MAX_CHUNKS = 4096
 ONLINE_THREADS = 512
 
-# Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
-# below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (one warp of
-# float32 packs is 128 elements; 32 keeps a sector per access).
+# Strided reduced axis: the columns kernels need enough contiguous inner elements to coalesce;
+# below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (32 float32 keep
+# whole 32-byte sectors per access). The reduced axis is cut into chunks of at least
+# COLUMNS_MIN_CHUNK steps, at most COLUMNS_MAX_CHUNKS of them, from n alone: enough threads
+# (inner packs x chunks) to fill the GPU when the inner axis is only a few thousand wide.
 COLUMNS_MIN_INNER = 32
+COLUMNS_MIN_CHUNK = 256
+COLUMNS_MAX_CHUNKS = 64
 COLUMNS_THREADS = 256
 
 MAX_GRID = 2**31 - 1
@@ -62,11 +67,13 @@ class Limits:
 def device_limits(device_id: int) -> Limits:
     import cupy
 
-    attrs = cupy.cuda.Device(device_id).attributes
+    device = cupy.cuda.Device(device_id)
+    attrs = device.attributes
+    major, minor = divmod(int(device.compute_capability), 10)
     return Limits(
         sm_count=attrs["MultiProcessorCount"],
         smem_per_block=attrs["MaxSharedMemoryPerBlockOptin"],
-        capability=(attrs["ComputeCapabilityMajor"], attrs["ComputeCapabilityMinor"]),
+        capability=(major, minor),
     )
 
 
@@ -84,8 +91,8 @@ class Plan:
     method: str
     vec: int  # elements per vector access
     launches: tuple[Launch, ...]
-    chunk: int = 0  # online: elements per chunk
-    chunks: int = 0  # online: chunks per row
+    chunk: int = 0  # online, columns: elements of the reduced axis per chunk
+    chunks: int = 0  # online, columns: chunks per slice
     width: int = 0  # warp: lanes per row
 
 
@@ -108,8 +115,10 @@ def templates(itemsize: int):
         while per_lane * vec <= WARP_MAX_PER_LANE:
             yield "softmax_warp", (vec, per_lane)
             per_lane *= 2
-        for kernel in ("softmax_block", "online_partials", "online_finish", "softmax_columns"):
+        for kernel in ("softmax_block", "online_partials", "online_finish", "columns_partials",
+                       "columns_finish"):
             yield kernel, (vec,)
+    yield "columns_merge", ()
 
 
 def fits_block(cols: int, itemsize: int, vec: int, limits: Limits) -> bool:
@@ -150,10 +159,26 @@ def _online(rows, cols, vec) -> Plan:
     )
 
 
-def _columns(outer, inner, vec) -> Plan:
-    work = outer * math.ceil(inner / vec)
-    grid = min(MAX_GRID, math.ceil(work / COLUMNS_THREADS))
-    return Plan("columns", vec, (Launch("softmax_columns", (vec,), grid, COLUMNS_THREADS),))
+def _grid(threads_needed, block):
+    return min(MAX_GRID, math.ceil(threads_needed / block))
+
+
+def _columns(outer, n, inner, vec) -> Plan:
+    chunk = max(COLUMNS_MIN_CHUNK, math.ceil(n / COLUMNS_MAX_CHUNKS))
+    chunks = math.ceil(n / chunk)
+    walkers = _grid(outer * chunks * math.ceil(inner / vec), COLUMNS_THREADS)
+    merge = _grid(outer * inner, COLUMNS_THREADS)
+    return Plan(
+        "columns",
+        vec,
+        (
+            Launch("columns_partials", (vec,), walkers, COLUMNS_THREADS),
+            Launch("columns_merge", (), merge, COLUMNS_THREADS),
+            Launch("columns_finish", (vec,), walkers, COLUMNS_THREADS),
+        ),
+        chunk=chunk,
+        chunks=chunks,
+    )
 
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
@@ -184,7 +209,7 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
         if method is None and layout.inner < COLUMNS_MIN_INNER:
             return None
         vec = vector_width(itemsize, addresses, layout.xs + layout.ys)
-        return _columns(layout.outer, layout.inner, vec)
+        return _columns(layout.outer, layout.n, layout.inner, vec)
     if not layout.rows:
         return None
     vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))

@@ -13,7 +13,9 @@ FILES = {
     "softmax_block": "softmax_fused.cu",
     "online_partials": "softmax_online.cu",
     "online_finish": "softmax_online.cu",
-    "softmax_columns": "softmax_columns.cu",
+    "columns_partials": "softmax_columns.cu",
+    "columns_merge": "softmax_columns.cu",
+    "columns_finish": "softmax_columns.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 OPTIONS = ("-std=c++17",)
@@ -84,6 +86,11 @@ def run(plan, layout, x, y) -> None:
         _launch(plan.launches[0], dt, dev, (x, outer, n, xso, chunk, chunks, part))
         _launch(plan.launches[1], dt, dev, (x, y, outer, n, xso, yso, chunk, chunks, part))
     elif plan.method == "columns":
-        _launch(plan.launches[0], dt, dev, (x, y, outer, n, inner, xso, xsn, yso, ysn))
+        part = cupy.empty(2 * layout.outer * plan.chunks * layout.inner, dtype=np.float64)
+        chunk, chunks = i64(plan.chunk), i64(plan.chunks)
+        _launch(plan.launches[0], dt, dev, (x, outer, n, inner, xso, xsn, chunk, chunks, part))
+        _launch(plan.launches[1], dt, dev, (outer, inner, chunks, part))
+        _launch(plan.launches[2], dt, dev,
+                (x, y, outer, n, inner, xso, xsn, yso, ysn, chunk, chunks, part))
     else:
         raise AssertionError(plan.method)

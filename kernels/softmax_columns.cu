@@ -1,48 +1,109 @@
 // Softmax over a strided axis, without a transposing copy.
 //
-//   softmax_columns<T, V>  the input seen as [outer][n][inner] with the inner axis contiguous;
-//                          the softmax runs over n. Each thread owns V adjacent inner elements
-//                          (a 16-byte pack) of one outer index and walks n twice: an online
-//                          (m, d) pass, then a write pass. Neighbouring threads read neighbouring
-//                          packs, so each step of the walk is a coalesced row segment.
-//                          DRAM traffic: 2 reads + 1 write per element (the second read may hit L2).
+// The input is seen as [outer][n][inner], inner contiguous, softmax over n: element (o, k, i)
+// is at x + o * xso + k * xsn + i (y likewise). V divides xso, xsn, yso, ysn and both base
+// addresses are V-aligned; the last pack of the inner axis may be partial. n is cut into
+// `chunks` chunks of `chunk` steps (chunk from n alone, so results do not depend on the batch),
+// and a thread owns one pack of V adjacent inner elements of one (o, chunk); neighbouring threads
+// own neighbouring packs, so every step is a coalesced run of the contiguous axis. Three launches:
 //
-// Element (o, k, i) is at x + o * xso + k * xsn + i (likewise y). V divides xso, xsn, yso, ysn
-// and both base addresses are V-aligned; the last pack of the inner axis may be partial.
+//   columns_partials<T, V>  walks its chunk once: per element (m, d) into part[o][chunk][i].
+//   columns_merge<T>        per (o, i): merges the chunks in order into part[o][0][i].
+//   columns_finish<T, V>    walks its chunk again and writes exp(x - m) / d.
+//
+// DRAM traffic: 2 reads + 1 write per element (the second read may hit L2), plus 16 bytes of
+// partials per element per chunk row, at most 1/16 of the tensor.
 #include "common.cuh"
 
 namespace csm {
 
+constexpr int COLUMN_BATCH = 4;  // steps of n each thread loads before using any
+
 template <typename T, int V>
-__global__ void softmax_columns(const T* x, T* y, long long outer, long long n, long long inner,
-                                long long xso, long long xsn, long long yso, long long ysn) {
+__global__ void columns_partials(const T* x, long long outer, long long n, long long inner,
+                                 long long xso, long long xsn, long long chunk, long long chunks,
+                                 double* part) {
     using C = compute_t<T>;
     const long long packs = (inner + V - 1) / V;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < outer * packs;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < outer * chunks * packs;
          t += (long long)gridDim.x * blockDim.x) {
-        const long long o = t / packs;
-        const long long i = (t % packs) * V;
-        const T* xo = x + o * xso + i;
-        T* yo = y + o * yso + i;
-        const long long left = inner - i;  // elements of this pack inside the inner axis
+        const long long oc = t / packs;  // o * chunks + chunk index
+        const long long i = (t % packs) * V, left = inner - i;
+        const long long k0 = (oc % chunks) * chunk, k1 = min(n, k0 + chunk);
+        const T* xo = x + (oc / chunks) * xso + i;
         MD<C> s[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) s[j] = MD<C>::identity();
-        for (long long k = 0; k < n; ++k) {
-            C v[V];
-            load_row_pack<T, V>(xo + k * xsn, 0, left, neg_inf<C>(), v);
+        for (long long k = k0; k < k1; k += COLUMN_BATCH) {
+            C v[COLUMN_BATCH][V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) s[j].push(v[j]);
+            for (int b = 0; b < COLUMN_BATCH; ++b)
+                load_row_pack<T, V>(xo + (k + b) * xsn, 0, k + b < k1 ? left : 0, neg_inf<C>(), v[b]);
+#pragma unroll
+            for (int b = 0; b < COLUMN_BATCH; ++b)
+#pragma unroll
+                for (int j = 0; j < V; ++j) s[j].push(v[b][j]);
         }
-        C scale[V];
+        double* out = part + 2 * (oc * inner + i);
 #pragma unroll
-        for (int j = 0; j < V; ++j) scale[j] = scale_of(s[j].d, C());
-        for (long long k = 0; k < n; ++k) {
-            C v[V];
-            load_row_pack<T, V>(xo + k * xsn, 0, left, neg_inf<C>(), v);
+        for (int j = 0; j < V; ++j)
+            if (j < left) {
+                out[2 * j] = double(s[j].m);
+                out[2 * j + 1] = s[j].d;
+            }
+    }
+}
+
+template <typename T>
+__global__ void columns_merge(long long outer, long long inner, long long chunks, double* part) {
+    using C = compute_t<T>;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long o = t / inner, i = t % inner;
+        double* first = part + 2 * (o * chunks * inner + i);
+        MD<C> s = MD<C>::identity();
+        for (long long c = 0; c < chunks; ++c) {
+            const double* pc = first + 2 * c * inner;
+            s.merge(MD<C>{C(pc[0]), pc[1]});
+        }
+        first[0] = double(s.m);
+        first[1] = s.d;
+    }
+}
+
+template <typename T, int V>
+__global__ void columns_finish(const T* x, T* y, long long outer, long long n, long long inner,
+                               long long xso, long long xsn, long long yso, long long ysn,
+                               long long chunk, long long chunks, const double* part) {
+    using C = compute_t<T>;
+    const long long packs = (inner + V - 1) / V;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < outer * chunks * packs;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long oc = t / packs, o = oc / chunks;
+        const long long i = (t % packs) * V, left = inner - i;
+        const long long k0 = (oc % chunks) * chunk, k1 = min(n, k0 + chunk);
+        const double* stats = part + 2 * (o * chunks * inner + i);
+        C m[V], scale[V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = term(v[j], s[j].m) * scale[j];
-            store_row_pack<T, V>(yo + k * ysn, 0, left, v);
+        for (int j = 0; j < V; ++j) {
+            const bool in = j < left;
+            m[j] = in ? C(stats[2 * j]) : C(0);
+            scale[j] = in ? scale_of(stats[2 * j + 1], C()) : C(0);
+        }
+        const T* xo = x + o * xso + i;
+        T* yo = y + o * yso + i;
+        for (long long k = k0; k < k1; k += COLUMN_BATCH) {
+            C v[COLUMN_BATCH][V];
+#pragma unroll
+            for (int b = 0; b < COLUMN_BATCH; ++b)
+                load_row_pack<T, V>(xo + (k + b) * xsn, 0, k + b < k1 ? left : 0, neg_inf<C>(), v[b]);
+#pragma unroll
+            for (int b = 0; b < COLUMN_BATCH; ++b) {
+                if (k + b >= k1) break;
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[b][j] = fast_exp(v[b][j] - m[j]) * scale[j];
+                store_row_pack<T, V>(yo + (k + b) * ysn, 0, left, v[b]);
+            }
         }
     }
 }

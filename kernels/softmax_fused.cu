@@ -8,6 +8,9 @@
 //                           limit); each thread keeps the packs it loaded, so after the load the
 //                           row is walked twice on chip (sum of exp, then write). Medium rows.
 //
+// Here m is the row's final max, so plain exp(x - m) already follows SciPy: padding and -inf
+// entries give 0, and a row whose max is -inf, +inf or whose sum is NaN comes out all NaN.
+//
 // Rows are `cols` contiguous elements; row r starts at x + r * ldx (y + r * ldy). V is chosen
 // by the dispatcher so that every row start is V-aligned; the last pack of a row may be partial.
 // x may equal y (in place): every element is read before it is written, by the same thread, so
@@ -39,17 +42,18 @@ __global__ void softmax_warp(const T* x, T* y, long long rows,
             for (int j = 0; j < V; ++j) m = fmax(m, v[p][j]);
         }
         m = group_reduce(m, width, MaxOp());
-        acc_t d = 0;
+        // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
+        C d = 0;
 #pragma unroll
         for (int p = 0; p < P; ++p)
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-                v[p][j] = term(v[p][j], m);
+                v[p][j] = fast_exp(v[p][j] - m);  // padding (-inf) gives 0
                 d += v[p][j];
             }
         d = group_reduce(d, width, SumOp());
         if (!live) continue;
-        const C s = scale_of(d, C());
+        const C s = scale_of(acc_t(d), C());
         T* yr = y + row * ldy;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
@@ -61,48 +65,59 @@ __global__ void softmax_warp(const T* x, T* y, long long rows,
 }
 
 // Dynamic shared memory: 32 acc_t of reduction scratch, then the row (cols elements of T,
-// padded to whole packs).
+// padded to whole packs). Loads go out BLOCK_BATCH packs per thread at a time, so enough bytes
+// are in flight to cover DRAM latency with one 1024-thread block per SM.
+constexpr int BLOCK_BATCH = 4;
+
 template <typename T, int V>
-__global__ void softmax_block(const T* x, T* y, long long rows,
-                              long long cols, long long ldx, long long ldy) {
+__global__ void softmax_block(const T* x, T* y, long long rows, long long cols, long long ldx,
+                              long long ldy) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
     T* row_s = reinterpret_cast<T*>(smem + 32 * sizeof(acc_t));
-    const long long packs = (cols + V - 1) / V;
+    const int packs = int((cols + V - 1) / V);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * ldx;
         C m = neg_inf<C>();
-        // One DRAM read per element: packs go to shared memory, in the same thread's slots
-        // that the two walks below read, so no barrier is needed between them.
-        for (long long k = threadIdx.x; k < packs; k += blockDim.x) {
-            C v[V];
-            load_row_pack<T, V>(xr, k * V, cols, neg_inf<C>(), v);
-            Pack<T, V> p;
+        // One DRAM read per element. Each thread later walks exactly the packs it stored here,
+        // so no barrier is needed between the load and the walks.
+        for (int k0 = threadIdx.x; k0 < packs; k0 += BLOCK_BATCH * blockDim.x) {
+            C v[BLOCK_BATCH][V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-                p.v[j] = Traits<T>::out(v[j]);
-                m = fmax(m, v[j]);
+            for (int b = 0; b < BLOCK_BATCH; ++b) {
+                const int k = k0 + b * blockDim.x;
+                load_row_pack<T, V>(xr, (long long)k * V, k < packs ? cols : 0, neg_inf<C>(), v[b]);
             }
-            store_pack<T, V>(row_s + k * V, p);
+#pragma unroll
+            for (int b = 0; b < BLOCK_BATCH; ++b) {
+                const int k = k0 + b * blockDim.x;
+                if (k >= packs) break;
+                Pack<T, V> p;
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    p.v[j] = Traits<T>::out(v[b][j]);
+                    m = fmax(m, v[b][j]);
+                }
+                store_pack<T, V>(row_s + k * V, p);
+            }
         }
         m = block_reduce(m, cscratch, MaxOp());
-        acc_t d = 0;
-        for (long long k = threadIdx.x; k < packs; k += blockDim.x) {
+        C part = 0;  // at most ~120 terms per thread in float, then the tree in double
+        for (int k = threadIdx.x; k < packs; k += blockDim.x) {
             const Pack<T, V> p = load_pack<T, V>(row_s + k * V);
 #pragma unroll
-            for (int j = 0; j < V; ++j) d += term(Traits<T>::in(p.v[j]), m);
+            for (int j = 0; j < V; ++j) part += fast_exp(Traits<T>::in(p.v[j]) - m);
         }
-        d = block_reduce(d, scratch, SumOp());
-        const C s = scale_of(d, C());
+        const C s = scale_of(block_reduce(acc_t(part), scratch, SumOp()), C());
         T* yr = y + row * ldy;
-        for (long long k = threadIdx.x; k < packs; k += blockDim.x) {
+        for (int k = threadIdx.x; k < packs; k += blockDim.x) {
             const Pack<T, V> p = load_pack<T, V>(row_s + k * V);
             C v[V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = term(Traits<T>::in(p.v[j]), m) * s;
-            store_row_pack<T, V>(yr, k * V, cols, v);
+            for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m) * s;
+            store_row_pack<T, V>(yr, (long long)k * V, cols, v);
         }
     }
 }

@@ -9,10 +9,13 @@
 //
 // DRAM traffic: 2 reads + 1 write per element (the second read may hit L2). The chunk length
 // depends on the row length only, never on the number of rows, so a row's bits do not depend
-// on the batch it came in.
+// on the batch it came in. Padding past the row end loads as -inf and is never stored.
 #include "common.cuh"
 
 namespace csm {
+
+// Packs each thread loads before using any: bytes in flight to cover DRAM latency.
+constexpr int ONLINE_BATCH = 4;
 
 template <typename T, int V>
 __global__ void online_partials(const T* x, long long rows, long long cols, long long ldx,
@@ -25,11 +28,14 @@ __global__ void online_partials(const T* x, long long rows, long long cols, long
         const long long end = min(cols, begin + chunk);
         const T* xr = x + row * ldx;
         MD<C> s = MD<C>::identity();
-        for (long long c = begin + (long long)threadIdx.x * V; c < end; c += (long long)blockDim.x * V) {
-            C v[V];
-            load_row_pack<T, V>(xr, c, end, neg_inf<C>(), v);
+        const long long step = (long long)blockDim.x * V;
+        for (long long c0 = begin + (long long)threadIdx.x * V; c0 < end; c0 += ONLINE_BATCH * step) {
+            C v[ONLINE_BATCH][V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) s.push(v[j]);
+            for (int b = 0; b < ONLINE_BATCH; ++b)
+                load_row_pack<T, V>(xr, c0 + b * step, end, neg_inf<C>(), v[b]);
+#pragma unroll
+            for (int b = 0; b < ONLINE_BATCH; ++b) s.push_pack(v[b]);
         }
         s = block_merge(s, scratch);
         if (threadIdx.x == 0) {
@@ -58,12 +64,18 @@ __global__ void online_finish(const T* x, T* y, long long rows, long long cols, 
         const C scale = scale_of(s.d, C());
         const T* xr = x + row * ldx;
         T* yr = y + row * ldy;
-        for (long long c = begin + (long long)threadIdx.x * V; c < end; c += (long long)blockDim.x * V) {
-            C v[V];
-            load_row_pack<T, V>(xr, c, end, neg_inf<C>(), v);
+        const long long step = (long long)blockDim.x * V;
+        for (long long c0 = begin + (long long)threadIdx.x * V; c0 < end; c0 += ONLINE_BATCH * step) {
+            C v[ONLINE_BATCH][V];
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = term(v[j], s.m) * scale;
-            store_row_pack<T, V>(yr, c, end, v);
+            for (int b = 0; b < ONLINE_BATCH; ++b)
+                load_row_pack<T, V>(xr, c0 + b * step, end, neg_inf<C>(), v[b]);
+#pragma unroll
+            for (int b = 0; b < ONLINE_BATCH; ++b) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[b][j] = fast_exp(v[b][j] - s.m) * scale;
+                store_row_pack<T, V>(yr, c0 + b * step, end, v[b]);
+            }
         }
     }
 }

@@ -95,15 +95,24 @@ def test_layout_policy():
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
     p = d.plan(wide, 4, (0, 0), H200)
     assert p.method == "columns" and p.vec == 4
-    assert p.launches[0].grid * p.launches[0].block * p.vec >= 16384
+    assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
+    walkers = p.launches[0].grid * p.launches[0].block
+    assert walkers >= p.chunks * 16384 // 4 >= 64 * 1024  # every (chunk, pack) has a thread
     narrow = Layout(1, 4096, d.COLUMNS_MIN_INNER - 1, (0, 31), (0, 31))
     assert d.plan(narrow, 4, (0, 0), H200) is None  # transposing copy, then rows
     assert d.plan(narrow, 4, (0, 0), H200, method="columns").method == "columns"
     assert d.plan(None, 4, (0, 0), H200) is None
 
 
+def test_columns_chunks_depend_on_the_axis_only():
+    plans = [d.plan(Layout(o, 50000, 64, (50000 * 64, 64), (50000 * 64, 64)), 4, (0, 0), H200)
+             for o in (1, 9)]
+    assert {(p.chunk, p.chunks) for p in plans} == {(plans[0].chunk, plans[0].chunks)}
+    assert plans[0].chunks <= d.COLUMNS_MAX_CHUNKS and plans[0].chunk >= d.COLUMNS_MIN_CHUNK
+
+
 def test_templates_are_finite_and_cover_vector_widths():
     for itemsize in (2, 4, 8):
         t = list(d.templates(itemsize))
         assert len(t) == len(set(t))
-        assert {v for (_, (v, *_)) in t} == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}
+        assert {tp[0] for _, tp in t if tp} == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}

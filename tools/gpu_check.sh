@@ -26,10 +26,10 @@ step() {  # step NAME LOGFILE COMMAND...
     [ $rc -eq 0 ] || failed+=("$name($rc)")
 }
 
-sanitize() {  # tool, then pytest selection: CuPy's pool off so overruns reach the tool
-    HYPOTHESIS_PROFILE=quick CUSOFTMAX_NO_POOL=1 compute-sanitizer --tool "$1" --error-exitcode 99 \
-        --print-limit 20 python3 -m pytest -q -p no:cacheprovider "${@:2}"
-}
+# compute-sanitizer TOOL over pytest: CuPy's pool off so overruns reach the tool, few examples.
+sanitize=(env HYPOTHESIS_PROFILE=quick CUSOFTMAX_NO_POOL=1 compute-sanitizer --error-exitcode 99
+          --print-limit 20 --tool)
+pytest=(python3 -m pytest -q -p no:cacheprovider)
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import sys, cupy, numpy; print(sys.version.split()[0], "cupy", cupy.__version__, "numpy", numpy.__version__, "CUDA runtime", cupy.cuda.runtime.runtimeGetVersion())'
@@ -37,11 +37,13 @@ sanitize() {  # tool, then pytest selection: CuPy's pool off so overruns reach t
 
 for what in ${@:-tests sanitize bench}; do
     case $what in
-    tests) step pytest pytest.log python3 -m pytest -q -p no:cacheprovider ;;
+    tests) step pytest pytest.log "${pytest[@]}" ;;
     sanitize)
-        step memcheck sanitizer.log sanitize memcheck tests/test_gpu.py
-        step racecheck sanitizer.log sanitize racecheck tests/test_gpu.py -k "widths or special or strided or determin"
-        step synccheck sanitizer.log sanitize synccheck tests/test_gpu.py -k "widths or special"
+        step memcheck sanitizer.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_gpu.py
+        step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
+            -k "widths or special or strided or determin"
+        step synccheck sanitizer.log "${sanitize[@]}" synccheck "${pytest[@]}" tests/test_gpu.py \
+            -k "widths or special"
         ;;
     bench) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
