@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -13,11 +14,18 @@ _DLPACK_CPU = 1
 _DLPACK_GPU = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 
+@lru_cache(maxsize=None)
 def cupy_or_none():
     try:
         return importlib.import_module("cupy")
     except ImportError:
         return None
+
+
+def cupy_ndarray():
+    """cupy.ndarray, or None where CuPy is not installed."""
+    cupy = cupy_or_none()
+    return None if cupy is None else cupy.ndarray
 
 
 def _framework(obj) -> str:

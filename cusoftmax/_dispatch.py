@@ -28,6 +28,13 @@ METHODS = ("warp", "block", "online", "columns")
 WARP_MAX_PER_LANE = 32
 WARP_MAX_COLS = 32 * WARP_MAX_PER_LANE
 WARP_BLOCK = 128
+# Short rows: each lane group takes R rows per iteration so every lane has about
+# WARP_LANE_BYTES of loads in flight. Evidence: H200, 2026-11-30, 2**26 float32: with one 16-byte
+# pack per lane, widths 64 and 128 ran at 0.69 and 0.64 of copy against 0.96 at 256 (2 packs).
+WARP_LANE_BYTES = 64
+WARP_MAX_ROWS = 4
+# Grid: at most WARP_WAVES full residencies of WARP_BLOCK-thread blocks; warps loop over rows.
+WARP_WAVES = 4
 
 # Shared-memory rows: threads per block by row bytes, first row that fits wins.
 # Evidence: none yet, a first version (about 8 to 16 packs of 16 bytes per thread).
@@ -35,9 +42,10 @@ BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf
 BLOCK_SCRATCH = 32 * 8  # bytes ahead of the row: 32 doubles of reduction scratch
 
 # Online rows: chunk length from the row length alone (never from the batch), at least
-# ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row.
-# Evidence: none yet; 16 Ki elements is 64 KiB of float32 per block visit.
-ONLINE_MIN_CHUNK = 16 * 1024
+# ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
+# 2026-11-30: 16 Ki-element chunks (one batch of loads per thread, then a block merge) ran rows
+# of 65 Ki..1 Mi at 0.38 of copy (float32) and 0.16 (bfloat16); 64 Ki amortises the merges.
+ONLINE_MIN_CHUNK = 64 * 1024
 ONLINE_MAX_CHUNKS = 4096
 ONLINE_THREADS = 512
 
@@ -113,7 +121,9 @@ def templates(itemsize: int):
     for vec in (1 << k for k in range((16 // itemsize).bit_length())):
         per_lane = 1
         while per_lane * vec <= WARP_MAX_PER_LANE:
-            yield "softmax_warp", (vec, per_lane)
+            for rows in (1, 2, 4):
+                if rows <= WARP_MAX_ROWS and rows * per_lane * vec <= WARP_MAX_PER_LANE:
+                    yield "softmax_warp", (vec, per_lane, rows)
             per_lane *= 2
         for kernel in ("softmax_block", "online_partials", "online_finish", "columns_partials",
                        "columns_finish"):
@@ -125,13 +135,18 @@ def fits_block(cols: int, itemsize: int, vec: int, limits: Limits) -> bool:
     return BLOCK_SCRATCH + math.ceil(cols / vec) * vec * itemsize <= limits.smem_per_block
 
 
-def _warp(rows, cols, vec) -> Plan:
+def _warp(rows, cols, itemsize, vec, limits) -> Plan:
     packs = math.ceil(cols / vec)
     width = min(32, _pow2_at_least(packs))
     per_lane = _pow2_at_least(math.ceil(packs / width))
-    rows_per_block = WARP_BLOCK // width
-    grid = min(MAX_GRID, math.ceil(rows / rows_per_block))
-    launch = Launch("softmax_warp", (vec, per_lane), grid, WARP_BLOCK)
+    batch = 1
+    while (batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec * itemsize <= WARP_LANE_BYTES
+           and 2 * batch * per_lane * vec <= WARP_MAX_PER_LANE):
+        batch *= 2
+    rows_per_block = WARP_BLOCK // width * batch
+    resident = limits.sm_count * (2048 // WARP_BLOCK) * WARP_WAVES
+    grid = min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
+    launch = Launch("softmax_warp", (vec, per_lane, batch), grid, WARP_BLOCK)
     return Plan("warp", vec, (launch,), width=width)
 
 
@@ -184,7 +199,7 @@ def _columns(outer, n, inner, vec) -> Plan:
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
     if method in (None, "warp") and cols <= WARP_MAX_COLS:
-        return _warp(rows, cols, vec)
+        return _warp(rows, cols, itemsize, vec, limits)
     if method == "warp":
         raise ValueError(f"method='warp' holds rows of at most {WARP_MAX_COLS} elements, got {cols}")
     if method in (None, "block") and fits_block(cols, itemsize, vec, limits):

@@ -57,40 +57,51 @@ def function(kernel: str, dtype_name: str, template: tuple, device_id: int):
     return module.get_function(expr)
 
 
-_smem_raised: dict = {}
-
-
-def _launch(launch, dtype_name, device_id, args):
+def _bound(launch, dtype_name, device_id):
+    """(function, grid, block, shared bytes) with the function's shared-memory limit raised."""
     fn = function(launch.kernel, dtype_name, launch.template, device_id)
-    if launch.smem > 48 * 1024 and _smem_raised.get(fn, 0) < launch.smem:
+    if launch.smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = launch.smem
-        _smem_raised[fn] = launch.smem
-    fn((launch.grid,), (launch.block,), args, shared_mem=launch.smem)
+    return fn, (launch.grid,), (launch.block,), launch.smem
 
 
-def run(plan, layout, x, y) -> None:
-    """Launch ``plan`` on CuPy arrays ``x`` -> ``y`` seen through ``layout``, on the current stream."""
+@lru_cache(maxsize=1024)
+def bind(plan, layout, dtype_name: str, device_id: int):
+    """A callable ``run(x, y)`` that launches ``plan`` on CuPy arrays seen through ``layout``,
+    on the current stream. Everything but the two arrays is prepared here, once."""
     import cupy
 
     i64 = np.int64
-    dt, dev = x.dtype.name, x.device.id
     outer, n, inner = i64(layout.outer), i64(layout.n), i64(layout.inner)
     (xso, xsn), (yso, ysn) = (tuple(map(i64, s)) for s in (layout.xs, layout.ys))
+    chunk, chunks = i64(plan.chunk), i64(plan.chunks)
+    k = [_bound(l, dtype_name, device_id) for l in plan.launches]
+
     if plan.method == "warp":
-        _launch(plan.launches[0], dt, dev, (x, y, outer, n, xso, yso, np.int32(plan.width)))
-    elif plan.method == "block":
-        _launch(plan.launches[0], dt, dev, (x, y, outer, n, xso, yso))
-    elif plan.method == "online":
-        part = cupy.empty(2 * layout.outer * plan.chunks, dtype=np.float64)
-        chunk, chunks = i64(plan.chunk), i64(plan.chunks)
-        _launch(plan.launches[0], dt, dev, (x, outer, n, xso, chunk, chunks, part))
-        _launch(plan.launches[1], dt, dev, (x, y, outer, n, xso, yso, chunk, chunks, part))
-    elif plan.method == "columns":
-        part = cupy.empty(2 * layout.outer * plan.chunks * layout.inner, dtype=np.float64)
-        chunk, chunks = i64(plan.chunk), i64(plan.chunks)
-        _launch(plan.launches[0], dt, dev, (x, outer, n, inner, xso, xsn, chunk, chunks, part))
-        _launch(plan.launches[1], dt, dev, (outer, inner, chunks, part))
-        _launch(plan.launches[2], dt, dev,
-                (x, y, outer, n, inner, xso, xsn, yso, ysn, chunk, chunks, part))
-    else:
-        raise AssertionError(plan.method)
+        (f, g, b, sm), tail = k[0], (outer, n, xso, yso, np.int32(plan.width))
+        return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
+    if plan.method == "block":
+        (f, g, b, sm), tail = k[0], (outer, n, xso, yso)
+        return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
+    if plan.method == "online":
+        words = 2 * layout.outer * plan.chunks
+
+        def run_online(x, y):
+            part = cupy.empty(words, dtype=np.float64)
+            (f0, g0, b0, _), (f1, g1, b1, _) = k
+            f0(g0, b0, (x, outer, n, xso, chunk, chunks, part))
+            f1(g1, b1, (x, y, outer, n, xso, yso, chunk, chunks, part))
+
+        return run_online
+    if plan.method == "columns":
+        words = 2 * layout.outer * plan.chunks * layout.inner
+
+        def run_columns(x, y):
+            part = cupy.empty(words, dtype=np.float64)
+            (f0, g0, b0, _), (f1, g1, b1, _), (f2, g2, b2, _) = k
+            f0(g0, b0, (x, outer, n, inner, xso, xsn, chunk, chunks, part))
+            f1(g1, b1, (outer, inner, chunks, part))
+            f2(g2, b2, (x, y, outer, n, inner, xso, xsn, yso, ysn, chunk, chunks, part))
+
+        return run_columns
+    raise AssertionError(plan.method)

@@ -80,12 +80,9 @@ template <typename C> struct MD {
     C m;
     acc_t d;
     __device__ static MD identity() { return {neg_inf<C>(), 0.0}; }
-    __device__ void push(C x) {  // d' = d * exp(m - m') + exp(x - m')
-        const C mn = fmax(m, x);  // fmax ignores NaN: m is never NaN, d carries it
-        if (mn != m) { d *= exp(acc_t(m) - acc_t(mn)); m = mn; }
-        d += acc_t(term(x, m));
-    }
-    template <int V> __device__ void push_pack(const C (&v)[V]) {  // one rescale per pack
+    // Adds V elements: m' = max(m, v), d' = d * exp(m - m') + sum exp(v - m'), one rescale per
+    // pack. fmax ignores NaN, so m is never NaN; a NaN element makes d NaN instead.
+    template <int V> __device__ void push_pack(const C (&v)[V]) {
         C pm = v[0];
 #pragma unroll
         for (int j = 1; j < V; ++j) pm = fmax(pm, v[j]);
@@ -138,15 +135,23 @@ __device__ inline R block_reduce(R v, R* scratch, Op op) {
     return r;
 }
 
+// Block-wide merge: warps merge by shuffles, then warp 0 merges the per-warp states (merges cost
+// double exps, so one warp does them, not every thread) and broadcasts the result.
 template <typename C>
 __device__ inline MD<C> block_merge(MD<C> s, MD<C>* scratch) {
     s = group_merge(s, 32);
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = s;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = s;
     __syncthreads();
-    MD<C> r = scratch[0];
-    for (int w = 1; w < int(blockDim.x >> 5); ++w) r.merge(scratch[w]);
+    if (warp == 0) {
+        s = lane < int(blockDim.x >> 5) ? scratch[lane] : MD<C>::identity();
+        s = group_merge(s, 32);
+        if (lane == 0) scratch[0] = s;
+    }
     __syncthreads();
-    return r;
+    s = scratch[0];
+    __syncthreads();
+    return s;
 }
 
 // Loads V elements at column c of a row of `cols` elements: one vector load when the whole pack

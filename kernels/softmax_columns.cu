@@ -40,9 +40,12 @@ __global__ void columns_partials(const T* x, long long outer, long long n, long 
             for (int b = 0; b < COLUMN_BATCH; ++b)
                 load_row_pack<T, V>(xo + (k + b) * xsn, 0, k + b < k1 ? left : 0, neg_inf<C>(), v[b]);
 #pragma unroll
-            for (int b = 0; b < COLUMN_BATCH; ++b)
+            for (int j = 0; j < V; ++j) {  // one rescale check per column per batch
+                C w[COLUMN_BATCH];
 #pragma unroll
-                for (int j = 0; j < V; ++j) s[j].push(v[b][j]);
+                for (int b = 0; b < COLUMN_BATCH; ++b) w[b] = v[b][j];
+                s[j].push_pack(w);
+            }
         }
         double* out = part + 2 * (oc * inner + i);
 #pragma unroll

@@ -1,9 +1,11 @@
 // Fused softmax: the row is held on chip, so each element is read once and written once
 // (2 * itemsize bytes of DRAM traffic per element, the floor for any softmax).
 //
-//   softmax_warp<T, V, P>   row in registers: `width` lanes (a power of two <= 32) share a row,
+//   softmax_warp<T, V, P, R> row in registers: `width` lanes (a power of two <= 32) share a row,
 //                           each holding P packs of V elements; rows of up to 32 * P * V elements.
-//                           Used for short rows; several rows per warp when width < 32.
+//                           Used for short rows; several rows per warp when width < 32, and R
+//                           rows per lane group per iteration so short rows keep enough loads
+//                           in flight.
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
 //                           limit); each thread keeps the packs it loaded, so after the load the
 //                           row is walked twice on chip (sum of exp, then write). Medium rows.
@@ -19,47 +21,58 @@
 
 namespace csm {
 
-template <typename T, int V, int P>
-__global__ void softmax_warp(const T* x, T* y, long long rows,
-                             long long cols, long long ldx, long long ldy, int width) {
+template <typename T, int V, int P, int R>
+__global__ void softmax_warp(const T* x, T* y, long long rows, long long cols, long long ldx,
+                             long long ldy, int width) {
     using C = compute_t<T>;
     const int sub = threadIdx.x & (width - 1);
-    const int rows_per_warp = 32 / width;
+    const int groups = 32 / width;  // row groups per warp
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     // Loop per warp, not per row: every lane runs the same iterations, so shuffles stay converged.
-    for (long long first = warp * rows_per_warp; first < rows; first += warps * rows_per_warp) {
-        const long long row = first + (threadIdx.x & 31) / width;
-        const bool live = row < rows;
-        const T* xr = x + (live ? row : 0) * ldx;
-        C v[P][V];
-        C m = neg_inf<C>();
+    // A group takes R rows per iteration (rows g, g + groups, ...), all loads issued first.
+    for (long long first = warp * groups * R; first < rows; first += warps * groups * R) {
+        C v[R][P][V], m[R], d[R];
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-            const long long c = ((long long)p * width + sub) * V;
-            load_row_pack<T, V>(xr, c, live ? cols : 0, neg_inf<C>(), v[p]);
+        for (int r = 0; r < R; ++r) {
+            const long long row = first + (long long)r * groups + (threadIdx.x & 31) / width;
+            const long long n = row < rows ? cols : 0;  // a dead row loads nothing
+            const T* xr = x + (n ? row : 0) * ldx;
 #pragma unroll
-            for (int j = 0; j < V; ++j) m = fmax(m, v[p][j]);
+            for (int p = 0; p < P; ++p)
+                load_row_pack<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>(), v[r][p]);
         }
-        m = group_reduce(m, width, MaxOp());
-        // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
-        C d = 0;
 #pragma unroll
-        for (int p = 0; p < P; ++p)
+        for (int r = 0; r < R; ++r) {
+            m[r] = neg_inf<C>();
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-                v[p][j] = fast_exp(v[p][j] - m);  // padding (-inf) gives 0
-                d += v[p][j];
+            for (int p = 0; p < P; ++p)
+#pragma unroll
+                for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
+            m[r] = group_reduce(m[r], width, MaxOp());
+            // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
+            d[r] = 0;
+#pragma unroll
+            for (int p = 0; p < P; ++p)
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    v[r][p][j] = fast_exp(v[r][p][j] - m[r]);  // padding (-inf) gives 0
+                    d[r] += v[r][p][j];
+                }
+            d[r] = group_reduce(d[r], width, SumOp());
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const long long row = first + (long long)r * groups + (threadIdx.x & 31) / width;
+            if (row >= rows) break;
+            const C s = scale_of(acc_t(d[r]), C());
+            T* yr = y + row * ldy;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[r][p][j] *= s;
+                store_row_pack<T, V>(yr, ((long long)p * width + sub) * V, cols, v[r][p]);
             }
-        d = group_reduce(d, width, SumOp());
-        if (!live) continue;
-        const C s = scale_of(acc_t(d), C());
-        T* yr = y + row * ldy;
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-#pragma unroll
-            for (int j = 0; j < V; ++j) v[p][j] *= s;
-            store_row_pack<T, V>(yr, ((long long)p * width + sub) * V, cols, v[p]);
         }
     }
 }

@@ -46,12 +46,16 @@ def test_block_limit_tracks_the_device():
 
 
 def test_warp_shape():
-    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 rows per warp
-    assert (p.width, p.launches[0].template) == (8, (4, 1))
+    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
+    assert (p.width, p.launches[0].template) == (8, (4, 1, 4))
+    p = rows_plan(256, 4, 4)  # 2 packs per lane: 2 rows per group keep 64 bytes in flight
+    assert (p.width, p.launches[0].template) == (32, (4, 2, 2))
     p = rows_plan(517, 4, 1)  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
-    assert (p.width, p.launches[0].template) == (32, (1, 32))
+    assert (p.width, p.launches[0].template) == (32, (1, 32, 1))
     p = rows_plan(1024, 2, 8)
-    assert (p.width, p.launches[0].template) == (32, (8, 4))
+    assert (p.width, p.launches[0].template) == (32, (8, 4, 1))
+    big = rows_plan(32, 4, 4, rows=2**30)
+    assert big.launches[0].grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
 
 
 def test_online_chunks_do_not_depend_on_the_batch():
@@ -64,8 +68,10 @@ def test_online_chunks_do_not_depend_on_the_batch():
 
 
 def test_grid_is_capped_for_huge_batches():
-    p = rows_plan(2, 4, 1, rows=2**40)
-    assert p.launches[0].grid == d.MAX_GRID
+    for cols, method in ((2, "warp"), (5000, "block"), (2, "online")):
+        p = rows_plan(cols, 4, 1, rows=2**40, method=method)
+        assert all(l.grid <= d.MAX_GRID for l in p.launches)
+    assert rows_plan(5000, 4, 1, rows=2**40).launches[0].grid == d.MAX_GRID
 
 
 @pytest.mark.parametrize(

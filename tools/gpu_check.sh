@@ -2,7 +2,8 @@
 # The GPU checks CI cannot run, in one call: the whole test suite, compute-sanitizer over the GPU
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
-#   tools/gpu_check.sh [tests] [sanitize] [bench] [bench-quick]     (default: tests sanitize bench)
+#   tools/gpu_check.sh [tests] [sanitize] [bench] [bench-quick] [profile]
+#                                                      (default: tests sanitize bench)
 #
 # Each step has its own time limit (seconds, STEP_LIMIT, default 280) so one slow step cannot
 # take the others' results with it.
@@ -46,6 +47,9 @@ for what in ${@:-tests sanitize bench}; do
             -k "widths or special"
         ;;
     bench) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" ;;
+    profile) step ncu ncu.log ncu --clock-control none --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats \
+        -k "regex:softmax|online|columns" python3 tools/profile_cases.py ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
     *) echo "unknown step $what"; exit 2 ;;
