@@ -55,9 +55,14 @@ ONLINE_THREADS = 512
 # COLUMNS_MIN_CHUNK steps, at most COLUMNS_MAX_CHUNKS of them, from n alone: enough threads
 # (inner packs x chunks) to fill the GPU when the inner axis is only a few thousand wide.
 COLUMNS_MIN_INNER = 32
-COLUMNS_MIN_CHUNK = 256
-COLUMNS_MAX_CHUNKS = 64
+COLUMNS_MIN_CHUNK = 64
+COLUMNS_MAX_CHUNKS = 256
 COLUMNS_THREADS = 256
+# At most 8 bytes per thread per step (V = 4 half or 2 float): twice the threads of 16-byte
+# packs, still whole 32-byte sectors per 4 lanes. Evidence: H200, 2026-11-30, ncu of the
+# bfloat16 4096 x 16384 axis-0 case with 16-byte packs and 256-step chunks: 128 blocks of 256
+# threads, 12% occupancy, DRAM at 19-30%.
+COLUMNS_MAX_BYTES = 8
 
 MAX_GRID = 2**31 - 1
 
@@ -223,7 +228,8 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
     if method == "columns" or (not layout.rows and method is None):
         if method is None and layout.inner < COLUMNS_MIN_INNER:
             return None
-        vec = vector_width(itemsize, addresses, layout.xs + layout.ys)
+        vec = min(vector_width(itemsize, addresses, layout.xs + layout.ys),
+                  max(1, COLUMNS_MAX_BYTES // itemsize))
         return _columns(layout.outer, layout.n, layout.inner, vec)
     if not layout.rows:
         return None

@@ -306,9 +306,10 @@ def _report(rows, impls, overhead, device, out: Path):
     table += [" | ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in lines]
     meta = {"device": device, "date": time.strftime("%Y-%m-%d"), "versions": _versions(),
             "host_us_per_call_4x256_float32": overhead}
+    legend = (f"{device}, {meta['date']}; 'vs X' = X's time / ours (> 1: ours faster); "
+              "* = X's result is outside cusoftmax's accuracy bound for the dtype")
     text = "\n".join(table)
-    print(f"\n{device}, {meta['date']}; 'vs X' = X's time / ours (> 1: ours faster); "
-          f"* = X's result is outside cusoftmax's accuracy bound for the dtype\n{text}")
+    print(f"\n{legend}\n{text}")
     print("host us per call (4x256 float32): " +
           ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -317,7 +318,7 @@ def _report(rows, impls, overhead, device, out: Path):
         w = csv.DictWriter(f, keys)
         w.writeheader()
         w.writerows(rows)
-    (out / "table.md").write_text(text + "\n")
+    (out / "table.md").write_text(f"{legend}\n\n{text}\n")
     _plot(rows, impls, device, out / "bench.png")
 
 

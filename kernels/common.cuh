@@ -10,26 +10,34 @@
 namespace csm {
 
 // ---- compute types: half and bfloat16 are computed in float, float in float, double in double.
+// Elements move through memory as their bit patterns (B), so that packs of them are plain
+// integer words: a struct of __half / __nv_bfloat16 may be copied in 2-byte pieces (seen on the
+// H200: bfloat16 stores issued as 4-byte pieces, the write kernel stalled on the memory
+// instruction queue with L2 at 86% and DRAM at 22%).
 template <typename T> struct Traits;
 template <> struct Traits<float> {
     using C = float;
-    __device__ static float in(float v) { return v; }
-    __device__ static float out(float v) { return v; }
+    using B = unsigned int;
+    __device__ static float in(B b) { return __uint_as_float(b); }
+    __device__ static B out(float v) { return __float_as_uint(v); }
 };
 template <> struct Traits<double> {
     using C = double;
-    __device__ static double in(double v) { return v; }
-    __device__ static double out(double v) { return v; }
+    using B = unsigned long long;
+    __device__ static double in(B b) { return __longlong_as_double((long long)b); }
+    __device__ static B out(double v) { return (B)__double_as_longlong(v); }
 };
 template <> struct Traits<__half> {
     using C = float;
-    __device__ static float in(__half v) { return __half2float(v); }
-    __device__ static __half out(float v) { return __float2half_rn(v); }
+    using B = unsigned short;
+    __device__ static float in(B b) { return __half2float(__ushort_as_half(b)); }
+    __device__ static B out(float v) { return __half_as_ushort(__float2half_rn(v)); }
 };
 template <> struct Traits<__nv_bfloat16> {
     using C = float;
-    __device__ static float in(__nv_bfloat16 v) { return __bfloat162float(v); }
-    __device__ static __nv_bfloat16 out(float v) { return __float2bfloat16_rn(v); }
+    using B = unsigned short;
+    __device__ static float in(B b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
+    __device__ static B out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 };
 template <typename T> using compute_t = typename Traits<T>::C;
 
@@ -64,7 +72,33 @@ __device__ inline float scale_of(acc_t d, float) { return float(1.0 / d); }
 __device__ inline double scale_of(acc_t d, double) { return 1.0 / d; }
 
 // ---- 16-byte (or narrower) vector access. V elements of T, aligned to V * sizeof(T).
-template <typename T, int V> struct alignas(sizeof(T) * V) Pack { T v[V]; };
+template <typename T, int V> struct alignas(sizeof(T) * V) Pack { typename Traits<T>::B v[V]; };
+
+// One store instruction for a whole pack to global memory. Written as PTX because the compiler
+// otherwise merges the whole-pack branch of store_row_pack into its element-wise tail branch
+// and issues 2- or 4-byte stores (seen in the PTX of every kernel's write loop).
+__device__ inline void st_global(void* p, uint4 w) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
+}
+__device__ inline void st_global(void* p, uint2 w) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w.x), "r"(w.y) : "memory");
+}
+__device__ inline void st_global(void* p, unsigned int w) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(w) : "memory");
+}
+__device__ inline void st_global(void* p, unsigned short w) {
+    asm volatile("st.global.b16 [%0], %1;" ::"l"(p), "h"(w) : "memory");
+}
+template <int Bytes> struct Word;
+template <> struct Word<2> { using type = unsigned short; };
+template <> struct Word<4> { using type = unsigned int; };
+template <> struct Word<8> { using type = uint2; };
+template <> struct Word<16> { using type = uint4; };
+template <typename T, int V> __device__ inline void store_pack_global(T* p, const Pack<T, V>& v) {
+    typename Word<sizeof(T) * V>::type w;
+    memcpy(&w, &v, sizeof w);
+    st_global(p, w);
+}
 
 template <typename T, int V> __device__ inline Pack<T, V> load_pack(const T* p) {
     return *reinterpret_cast<const Pack<T, V>*>(p);
@@ -154,18 +188,30 @@ __device__ inline MD<C> block_merge(MD<C> s, MD<C>* scratch) {
     return s;
 }
 
-// Loads V elements at column c of a row of `cols` elements: one vector load when the whole pack
-// is inside the row, element loads for the pack that straddles the end, `fill` past it.
+template <typename T> __device__ inline const typename Traits<T>::B* bits(const T* p) {
+    return reinterpret_cast<const typename Traits<T>::B*>(p);
+}
+template <typename T> __device__ inline typename Traits<T>::B* bits(T* p) {
+    return reinterpret_cast<typename Traits<T>::B*>(p);
+}
+
+// Loads the pack at column c of a row of `cols` elements: one vector load when the whole pack is
+// inside the row, element loads for the pack that straddles the end, the bits of `fill` past it.
+template <typename T, int V, typename C>
+__device__ inline Pack<T, V> load_row_bits(const T* row, long long c, long long cols, C fill) {
+    if (c + V <= cols) return load_pack<T, V>(row + c);
+    Pack<T, V> p;
+#pragma unroll
+    for (int j = 0; j < V; ++j) p.v[j] = (c + j < cols) ? bits(row)[c + j] : Traits<T>::out(fill);
+    return p;
+}
+
+// The same pack, converted to the compute type.
 template <typename T, int V, typename C>
 __device__ inline void load_row_pack(const T* row, long long c, long long cols, C fill, C (&out)[V]) {
-    if (c + V <= cols) {
-        const Pack<T, V> p = load_pack<T, V>(row + c);
+    const Pack<T, V> p = load_row_bits<T, V>(row, c, cols, fill);
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = Traits<T>::in(p.v[j]);
-    } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = (c + j < cols) ? Traits<T>::in(row[c + j]) : fill;
-    }
+    for (int j = 0; j < V; ++j) out[j] = Traits<T>::in(p.v[j]);
 }
 
 template <typename T, int V, typename C>
@@ -174,11 +220,11 @@ __device__ inline void store_row_pack(T* row, long long c, long long cols, const
         Pack<T, V> p;
 #pragma unroll
         for (int j = 0; j < V; ++j) p.v[j] = Traits<T>::out(in[j]);
-        store_pack<T, V>(row + c, p);
+        store_pack_global<T, V>(row + c, p);
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j)
-            if (c + j < cols) row[c + j] = Traits<T>::out(in[j]);
+            if (c + j < cols) bits(row)[c + j] = Traits<T>::out(in[j]);
     }
 }
 

@@ -12,7 +12,7 @@
 //   columns_finish<T, V>    walks its chunk again and writes exp(x - m) / d.
 //
 // DRAM traffic: 2 reads + 1 write per element (the second read may hit L2), plus 16 bytes of
-// partials per element per chunk row, at most 1/16 of the tensor.
+// partials per chunk per column, at most a quarter byte per element.
 #include "common.cuh"
 
 namespace csm {

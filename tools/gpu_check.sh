@@ -49,7 +49,8 @@ for what in ${@:-tests sanitize bench}; do
     bench) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" ;;
     profile) step ncu ncu.log ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats \
-        -k "regex:softmax|online|columns" python3 tools/profile_cases.py ;;
+        -k "regex:softmax|online|columns" env PYTHONPATH=. python3 tools/profile_cases.py
+        step host ncu.log env PYTHONPATH=. python3 tools/profile_cases.py host ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
     *) echo "unknown step $what"; exit 2 ;;
