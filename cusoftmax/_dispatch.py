@@ -56,13 +56,14 @@ ONLINE_THREADS = 512
 # (inner packs x chunks) to fill the GPU when the inner axis is only a few thousand wide.
 COLUMNS_MIN_INNER = 32
 COLUMNS_MIN_CHUNK = 64
-COLUMNS_MAX_CHUNKS = 256
+COLUMNS_MAX_CHUNKS = 64
 COLUMNS_THREADS = 256
-# At most 8 bytes per thread per step (V = 4 half or 2 float): twice the threads of 16-byte
-# packs, still whole 32-byte sectors per 4 lanes. Evidence: H200, 2026-11-30, ncu of the
-# bfloat16 4096 x 16384 axis-0 case with 16-byte packs and 256-step chunks: 128 blocks of 256
-# threads, 12% occupancy, DRAM at 19-30%.
-COLUMNS_MAX_BYTES = 8
+# At most 4 elements per thread per step (16 bytes of float32, 8 of half types). Evidence: H200,
+# 2026-11-30, axis 0 of 4096 x 16384 and 16384 x 4096: with 16-byte packs and 256-step chunks
+# bfloat16 ran 128 blocks of 256 threads (12% occupancy, 0.15-0.19 of copy); with 8-byte packs
+# for every dtype and chunks down to 64 steps (up to 256 of them) float32 fell from 0.53 / 0.48
+# to 0.46 / 0.35 while bfloat16 rose to 0.27 / 0.20.
+COLUMNS_MAX_VEC = 4
 
 MAX_GRID = 2**31 - 1
 
@@ -228,8 +229,7 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
     if method == "columns" or (not layout.rows and method is None):
         if method is None and layout.inner < COLUMNS_MIN_INNER:
             return None
-        vec = min(vector_width(itemsize, addresses, layout.xs + layout.ys),
-                  max(1, COLUMNS_MAX_BYTES // itemsize))
+        vec = min(vector_width(itemsize, addresses, layout.xs + layout.ys), COLUMNS_MAX_VEC)
         return _columns(layout.outer, layout.n, layout.inner, vec)
     if not layout.rows:
         return None

@@ -21,18 +21,10 @@
 
 namespace csm {
 
-constexpr int WARP_BLOCK = 128;  // threads per block of softmax_warp (the dispatcher's WARP_BLOCK)
-
-// Half types: at most 80 registers, 6 blocks (24 warps) per SM, no spills. Evidence: H200, 2026-11-30, ncu
-// of bfloat16 rows of 1024: 89 registers, 28% occupancy, DRAM at 57%.
 template <typename T, int V, int P, int R>
-__global__ void __launch_bounds__(WARP_BLOCK, sizeof(T) == 2 ? 6 : 1) softmax_warp(const T* x, T* y, long long rows, long long cols, long long ldx,
+__global__ void softmax_warp(const T* x, T* y, long long rows, long long cols, long long ldx,
                              long long ldy, int width) {
     using C = compute_t<T>;
-    using Tr = Traits<T>;
-    // Half types keep their 2-byte bits in registers (half the registers, so twice the resident
-    // warps) and take exp twice; float and double keep exp(x - m) in place of x.
-    constexpr bool keep_exp = sizeof(T) == sizeof(C);
     const int sub = threadIdx.x & (width - 1);
     const int groups = 32 / width;  // row groups per warp
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -40,8 +32,7 @@ __global__ void __launch_bounds__(WARP_BLOCK, sizeof(T) == 2 ? 6 : 1) softmax_wa
     // Loop per warp, not per row: every lane runs the same iterations, so shuffles stay converged.
     // A group takes R rows per iteration (rows g, g + groups, ...), all loads issued first.
     for (long long first = warp * groups * R; first < rows; first += warps * groups * R) {
-        Pack<T, V> v[R][P];
-        C m[R], d[R];
+        C v[R][P][V], m[R], d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const long long row = first + (long long)r * groups + (threadIdx.x & 31) / width;
@@ -49,7 +40,7 @@ __global__ void __launch_bounds__(WARP_BLOCK, sizeof(T) == 2 ? 6 : 1) softmax_wa
             const T* xr = x + (n ? row : 0) * ldx;
 #pragma unroll
             for (int p = 0; p < P; ++p)
-                v[r][p] = load_row_bits<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>());
+                load_row_pack<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>(), v[r][p]);
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -57,7 +48,7 @@ __global__ void __launch_bounds__(WARP_BLOCK, sizeof(T) == 2 ? 6 : 1) softmax_wa
 #pragma unroll
             for (int p = 0; p < P; ++p)
 #pragma unroll
-                for (int j = 0; j < V; ++j) m[r] = fmax(m[r], Tr::in(v[r][p].v[j]));
+                for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
             m[r] = group_reduce(m[r], width, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
             d[r] = 0;
@@ -65,9 +56,8 @@ __global__ void __launch_bounds__(WARP_BLOCK, sizeof(T) == 2 ? 6 : 1) softmax_wa
             for (int p = 0; p < P; ++p)
 #pragma unroll
                 for (int j = 0; j < V; ++j) {
-                    const C e = fast_exp(Tr::in(v[r][p].v[j]) - m[r]);  // padding (-inf) gives 0
-                    if constexpr (keep_exp) v[r][p].v[j] = Tr::out(e);
-                    d[r] += e;
+                    v[r][p][j] = fast_exp(v[r][p][j] - m[r]);  // padding (-inf) gives 0
+                    d[r] += v[r][p][j];
                 }
             d[r] = group_reduce(d[r], width, SumOp());
         }
@@ -79,13 +69,9 @@ __global__ void __launch_bounds__(WARP_BLOCK, sizeof(T) == 2 ? 6 : 1) softmax_wa
             T* yr = y + row * ldy;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-                C out[V];
 #pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    const C t = Tr::in(v[r][p].v[j]);
-                    out[j] = (keep_exp ? t : fast_exp(t - m[r])) * s;
-                }
-                store_row_pack<T, V>(yr, ((long long)p * width + sub) * V, cols, out);
+                for (int j = 0; j < V; ++j) v[r][p][j] *= s;
+                store_row_pack<T, V>(yr, ((long long)p * width + sub) * V, cols, v[r][p]);
             }
         }
     }

@@ -100,7 +100,7 @@ def test_layout_policy():
     assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
     p = d.plan(wide, 4, (0, 0), H200)
-    assert p.method == "columns" and p.vec == d.COLUMNS_MAX_BYTES // 4
+    assert p.method == "columns" and p.vec == d.COLUMNS_MAX_VEC
     assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
     walkers = p.launches[0].grid * p.launches[0].block
     assert walkers >= p.chunks * 16384 // p.vec >= 64 * 1024  # every (chunk, pack) has a thread
