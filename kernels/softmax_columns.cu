@@ -19,6 +19,16 @@ namespace csm {
 
 constexpr int COLUMN_BATCH = 4;  // steps of n each thread loads before using any
 
+// This thread's packs at steps k .. k + COLUMN_BATCH - 1 of its column run (steps past k1, the
+// end of its chunk, load -inf); `left` elements of the pack are inside the inner axis.
+template <typename T, int V, typename C>
+__device__ inline void load_steps(const T* xo, long long k, long long k1, long long xsn,
+                                  long long left, C (&v)[COLUMN_BATCH][V]) {
+#pragma unroll
+    for (int b = 0; b < COLUMN_BATCH; ++b)
+        load_row_pack<T, V>(xo + (k + b) * xsn, 0, k + b < k1 ? left : 0, neg_inf<C>(), v[b]);
+}
+
 template <typename T, int V>
 __global__ void columns_partials(const T* x, long long outer, long long n, long long inner,
                                  long long xso, long long xsn, long long chunk, long long chunks,
@@ -36,9 +46,7 @@ __global__ void columns_partials(const T* x, long long outer, long long n, long 
         for (int j = 0; j < V; ++j) s[j] = MD<C>::identity();
         for (long long k = k0; k < k1; k += COLUMN_BATCH) {
             C v[COLUMN_BATCH][V];
-#pragma unroll
-            for (int b = 0; b < COLUMN_BATCH; ++b)
-                load_row_pack<T, V>(xo + (k + b) * xsn, 0, k + b < k1 ? left : 0, neg_inf<C>(), v[b]);
+            load_steps<T, V>(xo, k, k1, xsn, left, v);
 #pragma unroll
             for (int j = 0; j < V; ++j) {  // one rescale check per column per batch
                 C w[COLUMN_BATCH];
@@ -97,9 +105,7 @@ __global__ void columns_finish(const T* x, T* y, long long outer, long long n, l
         T* yo = y + o * yso + i;
         for (long long k = k0; k < k1; k += COLUMN_BATCH) {
             C v[COLUMN_BATCH][V];
-#pragma unroll
-            for (int b = 0; b < COLUMN_BATCH; ++b)
-                load_row_pack<T, V>(xo + (k + b) * xsn, 0, k + b < k1 ? left : 0, neg_inf<C>(), v[b]);
+            load_steps<T, V>(xo, k, k1, xsn, left, v);
 #pragma unroll
             for (int b = 0; b < COLUMN_BATCH; ++b) {
                 if (k + b >= k1) break;

@@ -17,23 +17,34 @@ namespace csm {
 // Packs each thread loads before using any: bytes in flight to cover DRAM latency.
 constexpr int ONLINE_BATCH = 4;
 
+// Work item b: chunk b % chunks of row b / chunks, columns [begin, end).
+struct Chunk {
+    long long row, begin, end;
+    __device__ Chunk(long long b, long long chunk, long long chunks, long long cols)
+        : row(b / chunks), begin((b % chunks) * chunk), end(min(cols, (b % chunks) * chunk + chunk)) {}
+};
+
+// This thread's ONLINE_BATCH packs starting at column c0, `step` columns apart.
+template <typename T, int V, typename C>
+__device__ inline void load_batch(const T* row, long long c0, long long step, long long end,
+                                  C (&v)[ONLINE_BATCH][V]) {
+#pragma unroll
+    for (int b = 0; b < ONLINE_BATCH; ++b) load_row_pack<T, V>(row, c0 + b * step, end, neg_inf<C>(), v[b]);
+}
+
 template <typename T, int V>
 __global__ void online_partials(const T* x, long long rows, long long cols, long long ldx,
                                 long long chunk, long long chunks, double* part) {
     using C = compute_t<T>;
     __shared__ MD<C> scratch[32];
     for (long long b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
-        const long long row = b / chunks;
-        const long long begin = (b % chunks) * chunk;
-        const long long end = min(cols, begin + chunk);
-        const T* xr = x + row * ldx;
+        const Chunk w(b, chunk, chunks, cols);
+        const T* xr = x + w.row * ldx;
         MD<C> s = MD<C>::identity();
         const long long step = (long long)blockDim.x * V;
-        for (long long c0 = begin + (long long)threadIdx.x * V; c0 < end; c0 += ONLINE_BATCH * step) {
+        for (long long c0 = w.begin + (long long)threadIdx.x * V; c0 < w.end; c0 += ONLINE_BATCH * step) {
             C v[ONLINE_BATCH][V];
-#pragma unroll
-            for (int b = 0; b < ONLINE_BATCH; ++b)
-                load_row_pack<T, V>(xr, c0 + b * step, end, neg_inf<C>(), v[b]);
+            load_batch<T, V>(xr, c0, step, w.end, v);
 #pragma unroll
             for (int b = 0; b < ONLINE_BATCH; ++b) s.push_pack(v[b]);
         }
@@ -52,29 +63,25 @@ __global__ void online_finish(const T* x, T* y, long long rows, long long cols, 
     using C = compute_t<T>;
     __shared__ MD<C> scratch[32];
     for (long long b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
-        const long long row = b / chunks;
-        const long long begin = (b % chunks) * chunk;
-        const long long end = min(cols, begin + chunk);
+        const Chunk w(b, chunk, chunks, cols);
         MD<C> s = MD<C>::identity();
         for (long long k = threadIdx.x; k < chunks; k += blockDim.x) {
-            const double* pk = part + 2 * (row * chunks + k);
+            const double* pk = part + 2 * (w.row * chunks + k);
             s.merge(MD<C>{C(pk[0]), pk[1]});
         }
         s = block_merge(s, scratch);
         const C scale = scale_of(s.d, C());
-        const T* xr = x + row * ldx;
-        T* yr = y + row * ldy;
+        const T* xr = x + w.row * ldx;
+        T* yr = y + w.row * ldy;
         const long long step = (long long)blockDim.x * V;
-        for (long long c0 = begin + (long long)threadIdx.x * V; c0 < end; c0 += ONLINE_BATCH * step) {
+        for (long long c0 = w.begin + (long long)threadIdx.x * V; c0 < w.end; c0 += ONLINE_BATCH * step) {
             C v[ONLINE_BATCH][V];
-#pragma unroll
-            for (int b = 0; b < ONLINE_BATCH; ++b)
-                load_row_pack<T, V>(xr, c0 + b * step, end, neg_inf<C>(), v[b]);
+            load_batch<T, V>(xr, c0, step, w.end, v);
 #pragma unroll
             for (int b = 0; b < ONLINE_BATCH; ++b) {
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[b][j] = fast_exp(v[b][j] - s.m) * scale;
-                store_row_pack<T, V>(yr, c0 + b * step, end, v[b]);
+                store_row_pack<T, V>(yr, c0 + b * step, w.end, v[b]);
             }
         }
     }
