@@ -205,8 +205,7 @@ def _transposed(x, y, axes, method):
     last = tuple(range(x.ndim - len(axes), x.ndim))
     xt = cupy.ascontiguousarray(cupy.moveaxis(x, axes, last))
     yt = cupy.empty_like(xt)
-    tail = tuple(range(xt.ndim - len(axes), xt.ndim))
-    layout, plan = _plan(xt.shape, _elem_strides(xt), _elem_strides(yt), tail, xt.itemsize,
+    layout, plan = _plan(xt.shape, _elem_strides(xt), _elem_strides(yt), last, xt.itemsize,
                          (xt.data.ptr % 16, yt.data.ptr % 16), xt.device.id, method)
     _kernels.bind(plan, layout, xt.dtype.name, xt.device.id)(xt, yt)
     cupy.moveaxis(y, axes, last)[...] = yt
