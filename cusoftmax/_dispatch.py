@@ -11,8 +11,8 @@ Read top-down, the choice is::
     a strided reduced axis, short inner run      -> contiguous copy, then the row policy
 
 A forced ``method`` skips the choice; a method that cannot run on the input (a row too long for
-registers or shared memory) raises ``ValueError`` naming the limit. Every number below is the
-first sane value, not a tuned one: the evidence column says so until a benchmark run replaces it.
+registers or shared memory) raises ``ValueError`` naming the limit. Beside every number: the
+measurement that chose it (BENCHMARKS.md has the runs), or "none yet" where it is a first value.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ WARP_MAX_COLS = 32 * WARP_MAX_PER_LANE
 WARP_BLOCK = 128
 # Short rows: each lane group takes R rows per iteration so every lane has about
 # WARP_LANE_BYTES of loads in flight. Evidence: H200, 2026-11-30, 2**26 float32: with one 16-byte
-# pack per lane, widths 64 and 128 ran at 0.69 and 0.64 of copy against 0.96 at 256 (2 packs).
+# pack per lane, widths 64 and 128 ran at 0.69 and 0.64 of copy against 0.96 at 256 (2 packs);
+# with 64 bytes per lane, 0.95 and 0.94.
 WARP_LANE_BYTES = 64
 WARP_MAX_ROWS = 4
 # Grid: at most WARP_WAVES full residencies of WARP_BLOCK-thread blocks; warps loop over rows.
@@ -44,7 +45,8 @@ BLOCK_SCRATCH = 32 * 8  # bytes ahead of the row: 32 doubles of reduction scratc
 # Online rows: chunk length from the row length alone (never from the batch), at least
 # ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
 # 2026-11-30: 16 Ki-element chunks (one batch of loads per thread, then a block merge) ran rows
-# of 65 Ki..1 Mi at 0.38 of copy (float32) and 0.16 (bfloat16); 64 Ki amortises the merges.
+# of 65 Ki..1 Mi at 0.38 of copy (float32) and 0.16 (bfloat16); 64 Ki chunks: 0.55 and 0.22
+# (0.41 for bfloat16 once its stores were whole 16-byte stores).
 ONLINE_MIN_CHUNK = 64 * 1024
 ONLINE_MAX_CHUNKS = 4096
 ONLINE_THREADS = 512
@@ -53,7 +55,8 @@ ONLINE_THREADS = 512
 # below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (32 float32 keep
 # whole 32-byte sectors per access). The reduced axis is cut into chunks of at least
 # COLUMNS_MIN_CHUNK steps, at most COLUMNS_MAX_CHUNKS of them, from n alone: enough threads
-# (inner packs x chunks) to fill the GPU when the inner axis is only a few thousand wide.
+# (inner packs x chunks) to fill the GPU when the inner axis is only a few thousand wide. The
+# partials cost 16 bytes per chunk per column: at most a quarter byte per element.
 COLUMNS_MIN_INNER = 32
 COLUMNS_MIN_CHUNK = 64
 COLUMNS_MAX_CHUNKS = 64
@@ -62,7 +65,8 @@ COLUMNS_THREADS = 256
 # 2026-11-30, axis 0 of 4096 x 16384 and 16384 x 4096: with 16-byte packs and 256-step chunks
 # bfloat16 ran 128 blocks of 256 threads (12% occupancy, 0.15-0.19 of copy); with 8-byte packs
 # for every dtype and chunks down to 64 steps (up to 256 of them) float32 fell from 0.53 / 0.48
-# to 0.46 / 0.35 while bfloat16 rose to 0.27 / 0.20.
+# to 0.46 / 0.35 while bfloat16 rose to 0.27 / 0.20; 4-element packs and at most 64 chunks:
+# float32 0.49 / 0.48, bfloat16 0.27 / 0.22.
 COLUMNS_MAX_VEC = 4
 
 MAX_GRID = 2**31 - 1
