@@ -21,7 +21,7 @@ except Exception:  # no GPU: the same code on the host
 hw = 1.0  # level spacing (units of energy)
 levels = xp.arange(20_000, dtype=xp.float64)
 energy = hw * (levels + 0.5)
-kT = xp.geomspace(0.05, 500.0, 64)[:, None]  # 64 temperatures, one row each
+kT = xp.exp(xp.linspace(np.log(0.05), np.log(500.0), 64))[:, None]  # 64 temperatures, one row each
 
 p = cusoftmax.softmax(-energy[None, :] / kT, axis=1)  # (64, 20000) populations
 mean_e = (p * energy).sum(axis=1)
