@@ -2,17 +2,23 @@
 
 Read top-down, the choice is::
 
-    rows of at most WARP_MAX_COLS elements      -> "warp"    row in registers, 1 read + 1 write
-    rows whose bytes fit one block's shared mem  -> "block"   row in shared memory, 1 read + 1 write
-    any other rows                               -> "online"  (m, d) per chunk, 2 reads + 1 write
+    rows of at most REGISTERS_MAX_COLS elements    -> "registers" row in registers, 1 read + 1 write
+    rows of at most CLUSTER_MIN_BYTES that fit one
+    block's shared memory                          -> "block"     row in shared memory, 1 + 1
+    rows that fit a cluster's shared memory (sm_90+,
+    CLUSTER_SIZES blocks)                          -> "cluster"   row cut over a thread-block
+                                                                  cluster, 1 read + 1 write
+    rows that fit one block (GPUs without clusters)-> "block"
+    any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1 write
     a strided reduced axis, inner run >= COLUMNS_MIN_INNER
-                                                 -> "columns" (m, d) per chunk of the axis,
-                                                              2 reads + 1 write, no transpose
-    a strided reduced axis, short inner run      -> contiguous copy, then the row policy
+                                                   -> "columns"   (m, d) per chunk of the axis,
+                                                                  2 reads + 1 write, no transpose
+    a strided reduced axis, short inner run        -> contiguous copy, then the row policy
 
 A forced ``method`` skips the choice; a method that cannot run on the input (a row too long for
-registers or shared memory) raises ``ValueError`` naming the limit. Beside every number: the
-measurement that chose it (BENCHMARKS.md has the runs), or "none yet" where it is a first value.
+registers or shared memory, clusters on a GPU without them) raises ``ValueError`` naming the
+limit. Beside every number: the measurement that chose it (BENCHMARKS.md has the runs), or
+"none yet" where it is a first value.
 """
 
 from __future__ import annotations
@@ -21,12 +27,21 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-METHODS = ("warp", "block", "online", "columns")
+METHODS = ("registers", "block", "cluster", "online", "columns")
 
-# Register-resident rows: at most 32 values of the compute type per lane (32 lanes per row).
-# Evidence: register budget (32 values + ~30 of state keeps 16 warps per SM resident); not tuned.
-WARP_MAX_PER_LANE = 32
-WARP_MAX_COLS = 32 * WARP_MAX_PER_LANE
+# Register-resident rows: at most REGISTERS_MAX_PER_LANE values of the compute type per lane and
+# at most REGISTERS_MAX_LANES lanes (one block) per row. Evidence: register budget (32 values +
+# ~30 of state keeps 16 warps per SM resident); not tuned.
+REGISTERS_MAX_PER_LANE = 32
+REGISTERS_MAX_LANES = 1024
+SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit one warp
+# The default takes rows up to REGISTERS_MAX_COLS elements in registers. Evidence: none yet.
+REGISTERS_MAX_COLS = SHORT_COLS
+# Rows longer than one warp holds: REGISTERS_WIDE_VALUES values per lane, up to
+# REGISTERS_MAX_LANES lanes (blocks of up to 1024 threads, so at most 64 registers per thread).
+# Evidence: ptxas (sm_90) spills every 32-value instantiation under that cap (up to 1 KiB of
+# stack); 16 values fit in 56 to 64 registers without spills.
+REGISTERS_WIDE_VALUES = 16
 WARP_BLOCK = 128
 # Short rows: each lane group takes R rows per iteration so every lane has about
 # WARP_LANE_BYTES of loads in flight. Evidence: H200, 2026-11-30, 2**26 float32: with one 16-byte
@@ -34,13 +49,21 @@ WARP_BLOCK = 128
 # with 64 bytes per lane, 0.95 and 0.94.
 WARP_LANE_BYTES = 64
 WARP_MAX_ROWS = 4
-# Grid: at most WARP_WAVES full residencies of WARP_BLOCK-thread blocks; warps loop over rows.
+# Grid: at most WARP_WAVES full residencies of the block size; units loop over rows.
 WARP_WAVES = 4
 
-# Shared-memory rows: threads per block by row bytes, first row that fits wins.
+# Shared-memory rows: threads per block by the bytes a block holds, first row that fits wins.
 # Evidence: none yet, a first version (about 8 to 16 packs of 16 bytes per thread).
 BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
-BLOCK_SCRATCH = 32 * 8  # bytes ahead of the row: 32 doubles of reduction scratch
+BLOCK_SCRATCH = 48 * 8  # bytes ahead of the row: reduction scratch (FUSED_SCRATCH in kernels/)
+
+# Cluster rows (sm_90 and newer): cluster sizes tried in order (8 is the portable maximum). The
+# smallest size whose slice per block is at most CLUSTER_SLICE_BYTES wins, else the smallest
+# whose slice fits a block. Rows of more than CLUSTER_MIN_BYTES go to a cluster even when they
+# fit one block. Evidence: none yet.
+CLUSTER_SIZES = (2, 4, 8)
+CLUSTER_SLICE_BYTES = 64 * 1024
+CLUSTER_MIN_BYTES = 64 * 1024
 
 # Online rows: chunk length from the row length alone (never from the batch), at least
 # ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
@@ -79,6 +102,11 @@ class Limits:
     sm_count: int
     smem_per_block: int  # opt-in dynamic shared memory per block, bytes
     capability: tuple[int, int]
+
+    @property
+    def clusters(self) -> bool:
+        """Thread-block clusters with distributed shared memory (compute capability 9.0+)."""
+        return self.capability >= (9, 0)
 
 
 @lru_cache(maxsize=None)
@@ -126,45 +154,96 @@ def vector_width(itemsize: int, addresses, strides) -> int:
     return v
 
 
-def templates(itemsize: int):
-    """Every (kernel, template arguments) this policy can emit for one element size."""
+def templates(itemsize: int, clusters: bool = True):
+    """Every (kernel, template arguments) this policy can emit for one element size
+    (``clusters``: include the cluster kernels, which need sm_90)."""
     for vec in (1 << k for k in range((16 // itemsize).bit_length())):
         per_lane = 1
-        while per_lane * vec <= WARP_MAX_PER_LANE:
+        while per_lane * vec <= REGISTERS_MAX_PER_LANE:
             for rows in (1, 2, 4):
-                if rows <= WARP_MAX_ROWS and rows * per_lane * vec <= WARP_MAX_PER_LANE:
-                    yield "softmax_warp", (vec, per_lane, rows)
+                if rows <= WARP_MAX_ROWS and rows * per_lane * vec <= REGISTERS_MAX_PER_LANE:
+                    yield "softmax_registers", (vec, per_lane, rows)
+            if per_lane * vec == REGISTERS_WIDE_VALUES:
+                yield "softmax_registers", (vec, per_lane, 0)  # a row spans several warps
             per_lane *= 2
         for kernel in ("softmax_block", "online_partials", "online_finish", "columns_partials",
                        "columns_finish"):
             yield kernel, (vec,)
+        if clusters:
+            for size in CLUSTER_SIZES:
+                yield "softmax_cluster", (vec, size)
     yield "columns_merge", ()
 
 
+def _padded_bytes(cols, itemsize, vec):
+    return math.ceil(cols / vec) * vec * itemsize
+
+
 def fits_block(cols: int, itemsize: int, vec: int, limits: Limits) -> bool:
-    return BLOCK_SCRATCH + math.ceil(cols / vec) * vec * itemsize <= limits.smem_per_block
+    return BLOCK_SCRATCH + _padded_bytes(cols, itemsize, vec) <= limits.smem_per_block
 
 
-def _warp(rows, cols, itemsize, vec, limits) -> Plan:
+def _registers_shape(cols, vec):
+    """(lanes per row, packs per lane, rows per lane group: None for short rows, still to
+    choose; 0 for rows of several warps), or None when the row does not fit
+    REGISTERS_MAX_LANES lanes of REGISTERS_MAX_PER_LANE values."""
     packs = math.ceil(cols / vec)
-    width = min(32, _pow2_at_least(packs))
-    per_lane = _pow2_at_least(math.ceil(packs / width))
-    batch = 1
-    while (batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec * itemsize <= WARP_LANE_BYTES
-           and 2 * batch * per_lane * vec <= WARP_MAX_PER_LANE):
-        batch *= 2
-    rows_per_block = WARP_BLOCK // width * batch
-    resident = limits.sm_count * (2048 // WARP_BLOCK) * WARP_WAVES
+    if cols <= SHORT_COLS:
+        width = min(32, _pow2_at_least(packs))
+        per_lane = _pow2_at_least(math.ceil(packs / width))
+        return width, per_lane, None
+    per_lane = REGISTERS_WIDE_VALUES // vec
+    width = _pow2_at_least(math.ceil(packs / per_lane))
+    return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
+
+
+def _registers(rows, cols, itemsize, vec, limits) -> Plan:
+    width, per_lane, batch = _registers_shape(cols, vec)
+    if batch is None:  # short rows: R rows per lane group keep WARP_LANE_BYTES in flight
+        batch = 1
+        while (batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec * itemsize <= WARP_LANE_BYTES
+               and 2 * batch * per_lane * vec <= REGISTERS_MAX_PER_LANE):
+            batch *= 2
+    block = max(WARP_BLOCK, width)
+    rows_per_block = block // width * max(1, batch)
+    resident = limits.sm_count * (2048 // block) * WARP_WAVES
     grid = min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
-    launch = Launch("softmax_warp", (vec, per_lane, batch), grid, WARP_BLOCK)
-    return Plan("warp", vec, (launch,), width=width)
+    launch = Launch("softmax_registers", (vec, per_lane, batch), grid, block)
+    return Plan("registers", vec, (launch,), width=width)
+
+
+def _threads_for(slice_bytes):
+    return next(t for limit, t in BLOCK_THREADS if slice_bytes <= limit)
 
 
 def _block(rows, cols, itemsize, vec) -> Plan:
-    row_bytes = math.ceil(cols / vec) * vec * itemsize
-    threads = next(t for limit, t in BLOCK_THREADS if row_bytes <= limit)
-    smem = BLOCK_SCRATCH + row_bytes
-    return Plan("block", vec, (Launch("softmax_block", (vec,), min(MAX_GRID, rows), threads, smem),))
+    row_bytes = _padded_bytes(cols, itemsize, vec)
+    launch = Launch("softmax_block", (vec,), min(MAX_GRID, rows), _threads_for(row_bytes),
+                    BLOCK_SCRATCH + row_bytes)
+    return Plan("block", vec, (launch,))
+
+
+def _cluster_size(cols, itemsize, vec, limits):
+    """The cluster size for this row, or None when no cluster holds it."""
+    if not limits.clusters:
+        return None
+    packs = math.ceil(cols / vec)
+    slices = {size: math.ceil(packs / size) * vec * itemsize for size in CLUSTER_SIZES}
+    for size, nbytes in slices.items():
+        if nbytes <= CLUSTER_SLICE_BYTES:
+            return size
+    for size, nbytes in slices.items():
+        if BLOCK_SCRATCH + nbytes <= limits.smem_per_block:
+            return size
+    return None
+
+
+def _cluster(rows, cols, itemsize, vec, size) -> Plan:
+    slice_bytes = math.ceil(math.ceil(cols / vec) / size) * vec * itemsize
+    grid = min(MAX_GRID // size, rows) * size
+    launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes),
+                    BLOCK_SCRATCH + slice_bytes)
+    return Plan("cluster", vec, (launch,))
 
 
 def _online(rows, cols, vec) -> Plan:
@@ -208,17 +287,31 @@ def _columns(outer, n, inner, vec) -> Plan:
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
-    if method in (None, "warp") and cols <= WARP_MAX_COLS:
-        return _warp(rows, cols, itemsize, vec, limits)
-    if method == "warp":
-        raise ValueError(f"method='warp' holds rows of at most {WARP_MAX_COLS} elements, got {cols}")
-    if method in (None, "block") and fits_block(cols, itemsize, vec, limits):
+    if method == "registers" or (method is None and cols <= REGISTERS_MAX_COLS):
+        if _registers_shape(cols, vec) is None:
+            raise ValueError(
+                f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
+                f"{REGISTERS_MAX_PER_LANE} values; {cols} elements in packs of {vec} do not fit"
+            )
+        return _registers(rows, cols, itemsize, vec, limits)
+    size = _cluster_size(cols, itemsize, vec, limits)
+    one_block = fits_block(cols, itemsize, vec, limits)
+    if method == "block" or (method is None and one_block and (
+            size is None or _padded_bytes(cols, itemsize, vec) <= CLUSTER_MIN_BYTES)):
+        if not one_block:
+            raise ValueError(
+                f"method='block' needs the row in shared memory: {cols} elements of {itemsize} "
+                f"bytes exceed the device's {limits.smem_per_block} bytes per block"
+            )
         return _block(rows, cols, itemsize, vec)
-    if method == "block":
-        raise ValueError(
-            f"method='block' needs the row in shared memory: {cols} elements of {itemsize} bytes "
-            f"exceed the device's {limits.smem_per_block} bytes per block"
-        )
+    if method == "cluster" or (method is None and size is not None):
+        if size is None:
+            raise ValueError(
+                "method='cluster' needs thread-block clusters (compute capability 9.0+, this "
+                f"device: {limits.capability}) and the row in {max(CLUSTER_SIZES)} blocks' "
+                f"shared memory ({limits.smem_per_block} bytes each)"
+            )
+        return _cluster(rows, cols, itemsize, vec, size)
     return _online(rows, cols, vec)
 
 

@@ -9,8 +9,9 @@ import numpy as np
 
 HEADER = "common.cuh"
 FILES = {
-    "softmax_warp": "softmax_fused.cu",
+    "softmax_registers": "softmax_fused.cu",
     "softmax_block": "softmax_fused.cu",
+    "softmax_cluster": "softmax_fused.cu",
     "online_partials": "softmax_online.cu",
     "online_finish": "softmax_online.cu",
     "columns_partials": "softmax_columns.cu",
@@ -77,10 +78,10 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     chunk, chunks = i64(plan.chunk), i64(plan.chunks)
     k = [_bound(l, dtype_name, device_id) for l in plan.launches]
 
-    if plan.method == "warp":
+    if plan.method == "registers":
         (f, g, b, sm), tail = k[0], (outer, n, xso, yso, np.int32(plan.width))
         return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
-    if plan.method == "block":
+    if plan.method in ("block", "cluster"):
         (f, g, b, sm), tail = k[0], (outer, n, xso, yso)
         return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
     if plan.method == "online":

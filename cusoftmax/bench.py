@@ -51,6 +51,9 @@ def _parse(argv):
     p.add_argument("--repeat", type=int, default=30, help="timed calls per case (default: 30)")
     p.add_argument("--peers", default="cupyx,torch,jax,triton",
                    help="peers to run when importable (default: %(default)s)")
+    p.add_argument("--methods", default="",
+                   help="also time these forced cusoftmax methods (comma-separated, e.g. "
+                        "registers,block,cluster,online), reported as fractions of copy")
     p.add_argument("--no-axis0", action="store_true", help="skip the axis-0 shapes")
     p.add_argument("--no-long", action="store_true", help="skip the single long rows")
     p.add_argument("--out", default="bench-results", help="folder for CSV, JSON, PNG")
@@ -151,6 +154,20 @@ def _peers(names, cupy):
     return peers
 
 
+FORCED = "method:"  # impl name prefix of a forced cusoftmax method
+
+
+def _forced(cusoftmax, method):
+    def factory(x, axis):
+        fn = lambda: cusoftmax.softmax(x, axis=axis, method=method)  # noqa: E731
+        try:
+            fn()
+        except ValueError:  # the method cannot hold this row: n/a
+            return None
+        return fn, "events", None
+    return factory
+
+
 def _cases(args):
     dtypes = args.dtypes.split(",")
     widths = [int(w) for w in args.widths.split(",")] if args.widths else DEFAULT_WIDTHS
@@ -222,6 +239,7 @@ def main(argv=None):
     timer = Timer(cupy, args.repeat)
     peers = _peers(args.peers.split(","), cupy)
     cases = list(_cases(args))
+    methods = [m for m in args.methods.split(",") if m]
     rows = []
     _progress(f"{name}: {len(cases)} cases, peers: {', '.join(peers) or 'none'}")
     for i, (dt_name, shape, axis) in enumerate(cases, 1):
@@ -235,6 +253,7 @@ def main(argv=None):
             cupy.cuda.get_current_stream().ptr))
         impls = {"cusoftmax": lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)}
         impls.update(peers)
+        impls.update({f"{FORCED}{m}": _forced(cusoftmax, m) for m in methods})
         row = {"device": name, "dtype": dt_name, "rows": shape[0], "cols": shape[1], "axis": axis,
                "copy_GBps": nbytes / copy_us / 1e3}
         for impl, factory in impls.items():
@@ -248,7 +267,7 @@ def main(argv=None):
                     sync(y)
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
                 bad = _reference_ok(cupy, x, y, axis, dt_name)
-                if bad and impl == "cusoftmax":
+                if bad and (impl == "cusoftmax" or impl.startswith(FORCED)):
                     row[f"{impl}_error"] = bad
                     _progress(f"    {impl}: WRONG RESULT, not timed: {bad}")
                     continue
@@ -288,8 +307,10 @@ def _versions():
 
 def _report(rows, impls, overhead, device, out: Path):
     out.mkdir(parents=True, exist_ok=True)
-    peers = [p for p in impls if p != "cusoftmax"]
-    head = ["dtype", "shape", "axis", "copy GB/s", "ours GB/s", "ours/copy"] + [f"vs {p}" for p in peers]
+    peers = [p for p in impls if p != "cusoftmax" and not p.startswith(FORCED)]
+    forced = [p for p in impls if p.startswith(FORCED)]
+    head = (["dtype", "shape", "axis", "copy GB/s", "ours GB/s", "ours/copy"]
+            + [f"vs {p}" for p in peers] + [f"{p[len(FORCED):]}/copy" for p in forced])
     lines = []
     for r in rows:
         ours = r.get("cusoftmax_us")
@@ -299,6 +320,7 @@ def _report(rows, impls, overhead, device, out: Path):
         for p in peers:
             mark = "*" if f"{p}_inexact" in r else ""
             cells.append(f"{r[f'{p}_us'] / ours:.2f}{mark}" if ours and f"{p}_us" in r else "n/a")
+        cells += [f"{r[f'{p}_frac']:.2f}" if f"{p}_frac" in r else "n/a" for p in forced]
         lines.append(cells)
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
     table = [" | ".join(h.ljust(w) for h, w in zip(head, widths)),

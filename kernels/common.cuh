@@ -169,6 +169,22 @@ __device__ inline R block_reduce(R v, R* scratch, Op op) {
     return r;
 }
 
+// Reduce over aligned groups of `width` lanes, a power of two up to the block size. Up to 32
+// lanes: shuffles. Above: shuffles, then the group's warps fold their values from `scratch` (one
+// slot per warp) in warp order; every thread of the block must call it then.
+template <typename R, typename Op>
+__device__ inline R lanes_reduce(R v, int width, R* scratch, Op op) {
+    if (width <= 32) return group_reduce(v, width, op);
+    v = group_reduce(v, 32, op);
+    const int warp = threadIdx.x >> 5, first = warp & ~(width / 32 - 1);
+    if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+    __syncthreads();
+    R r = scratch[first];
+    for (int w = first + 1; w < first + width / 32; ++w) r = op(r, scratch[w]);
+    __syncthreads();
+    return r;
+}
+
 // Block-wide merge: warps merge by shuffles, then warp 0 merges the per-warp states (merges cost
 // double exps, so one warp does them, not every thread) and broadcasts the result.
 template <typename C>
@@ -226,6 +242,54 @@ __device__ inline void store_row_pack(T* row, long long c, long long cols, const
         for (int j = 0; j < V; ++j)
             if (c + j < cols) bits(row)[c + j] = Traits<T>::out(in[j]);
     }
+}
+
+// ---- thread-block clusters (sm_90 and newer). Templates, so that nothing of this reaches the
+// PTX of a program that does not use it (the PTX below does not assemble before sm_90).
+// This block's rank in its cluster.
+template <int CL> __device__ inline unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// Barrier over every thread of the cluster, split: writes to shared memory before arrive are
+// seen by peers' reads after their wait.
+template <int CL> __device__ inline void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+template <int CL> __device__ inline void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The double at the address of `p` in the shared memory of cluster block `rank`.
+template <int CL> __device__ inline double load_peer(const double* p, unsigned rank) {
+    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+    double v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
+    return v;
+}
+// Reduce a block-uniform value over the CL blocks of the cluster, folded in rank order (so
+// every block gets the same bits). `slot` is this block's published copy, read by its peers;
+// `scratch` one R of shared memory for the broadcast. The caller must not write `slot` again
+// before every peer has read it (a cluster barrier after the reads).
+template <int CL, typename R, typename Op>
+__device__ inline R cluster_reduce(R v, double* slot, R* scratch, Op op) {
+    if (threadIdx.x == 0) *slot = double(v);
+    cluster_arrive<CL>();
+    cluster_wait<CL>();
+    if (threadIdx.x == 0) {
+        double got[CL];
+#pragma unroll
+        for (int b = 0; b < CL; ++b) got[b] = load_peer<CL>(slot, b);
+        R r = R(got[0]);
+#pragma unroll
+        for (int b = 1; b < CL; ++b) r = op(r, R(got[b]));
+        *scratch = r;
+    }
+    __syncthreads();
+    const R r = *scratch;
+    __syncthreads();
+    return r;
 }
 
 }  // namespace csm

@@ -1,14 +1,19 @@
 // Fused softmax: the row is held on chip, so each element is read once and written once
 // (2 * itemsize bytes of DRAM traffic per element, the floor for any softmax).
 //
-//   softmax_warp<T, V, P, R> row in registers: `width` lanes (a power of two <= 32) share a row,
-//                           each holding P packs of V elements; rows of up to 32 * P * V elements.
-//                           Used for short rows; several rows per warp when width < 32, and R
-//                           rows per lane group per iteration so short rows keep enough loads
-//                           in flight.
+//   softmax_registers<T, V, P, R>  row in registers: `width` lanes (a power of two up to the
+//                           block size) share a row, each holding P packs of V elements; rows of
+//                           up to width * P * V elements. R rows per lane group per iteration
+//                           (several rows per warp when width < 32) keep enough loads in flight
+//                           for short rows; R = 0 marks wide rows (more than 32 lanes, 16 values
+//                           per lane), which reduce through shared memory.
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
 //                           limit); each thread keeps the packs it loaded, so after the load the
-//                           row is walked twice on chip (sum of exp, then write). Medium rows.
+//                           row is walked twice on chip (sum of exp, then write).
+//   softmax_cluster<T, V, CL>  (sm_90 and newer) the same with the row cut into CL slices, one
+//                           per block of a thread-block cluster; the blocks combine their max and
+//                           then their sum through distributed shared memory, and each writes
+//                           its slice. Rows up to CL times a block's shared memory.
 //
 // Here m is the row's final max, so plain exp(x - m) already follows SciPy: padding and -inf
 // entries give 0, and a row whose max is -inf, +inf or whose sum is NaN comes out all NaN.
@@ -21,21 +26,32 @@
 
 namespace csm {
 
+// R >= 1: rows of up to 32 lanes, R rows per lane group, blocks of up to 128 threads. R = 0:
+// rows of more than 32 lanes, one per lane group, blocks of up to 1024 threads (so at most 64
+// registers per thread: P * V = 16 values fit without spills).
 template <typename T, int V, int P, int R>
-__global__ void softmax_warp(const T* x, T* y, long long rows, long long cols, long long ldx,
-                             long long ldy, int width) {
+__global__ void __launch_bounds__(R ? 128 : 1024)
+    softmax_registers(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
+                      int width) {
     using C = compute_t<T>;
+    __shared__ C scratch[32];  // per-warp values when a row spans several warps
+    // The threads that loop together: a warp for rows of up to 32 lanes (shuffles only), the
+    // whole block for wider rows (their reductions meet at barriers).
+    constexpr int RR = R ? R : 1;  // rows per group per iteration
+    const int unit = R ? 32 : int(blockDim.x);
     const int sub = threadIdx.x & (width - 1);
-    const int groups = 32 / width;  // row groups per warp
-    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
-    // Loop per warp, not per row: every lane runs the same iterations, so shuffles stay converged.
-    // A group takes R rows per iteration (rows g, g + groups, ...), all loads issued first.
-    for (long long first = warp * groups * R; first < rows; first += warps * groups * R) {
-        C v[R][P][V], m[R], d[R];
+    const int groups = unit / width;  // rows per unit per iteration (times R)
+    const int group = (threadIdx.x % unit) / width;
+    const long long u = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / unit;
+    const long long units = ((long long)gridDim.x * blockDim.x) / unit;
+    // Loop per unit, not per row: every thread runs the same iterations, so shuffles stay
+    // converged and barriers are reached by all. A group takes R rows per iteration (rows g,
+    // g + groups, ...), all loads issued first.
+    for (long long first = u * groups * RR; first < rows; first += units * groups * RR) {
+        C v[RR][P][V], m[RR], d[RR];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const long long row = first + (long long)r * groups + (threadIdx.x & 31) / width;
+        for (int r = 0; r < RR; ++r) {
+            const long long row = first + (long long)r * groups + group;
             const long long n = row < rows ? cols : 0;  // a dead row loads nothing
             const T* xr = x + (n ? row : 0) * ldx;
 #pragma unroll
@@ -43,14 +59,15 @@ __global__ void softmax_warp(const T* x, T* y, long long rows, long long cols, l
                 load_row_pack<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>(), v[r][p]);
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
+        for (int r = 0; r < RR; ++r) {
             m[r] = neg_inf<C>();
 #pragma unroll
             for (int p = 0; p < P; ++p)
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
-            m[r] = group_reduce(m[r], width, MaxOp());
-            // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
+            m[r] = lanes_reduce(m[r], width, scratch, MaxOp());
+            // At most 32 terms per lane, then a tree over at most 1024 lanes: a float sum stays
+            // far inside 1e-5.
             d[r] = 0;
 #pragma unroll
             for (int p = 0; p < P; ++p)
@@ -59,11 +76,11 @@ __global__ void softmax_warp(const T* x, T* y, long long rows, long long cols, l
                     v[r][p][j] = fast_exp(v[r][p][j] - m[r]);  // padding (-inf) gives 0
                     d[r] += v[r][p][j];
                 }
-            d[r] = group_reduce(d[r], width, SumOp());
+            d[r] = lanes_reduce(d[r], width, scratch, SumOp());
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const long long row = first + (long long)r * groups + (threadIdx.x & 31) / width;
+        for (int r = 0; r < RR; ++r) {
+            const long long row = first + (long long)r * groups + group;
             if (row >= rows) break;
             const C s = scale_of(acc_t(d[r]), C());
             T* yr = y + row * ldy;
@@ -77,62 +94,91 @@ __global__ void softmax_warp(const T* x, T* y, long long rows, long long cols, l
     }
 }
 
-// Dynamic shared memory: 32 acc_t of reduction scratch, then the row (cols elements of T,
-// padded to whole packs). Loads go out BLOCK_BATCH packs per thread at a time, so enough bytes
-// are in flight to cover DRAM latency with one 1024-thread block per SM.
+// Dynamic shared memory of the block and cluster kernels: FUSED_SCRATCH bytes (32 acc_t of
+// reduction scratch, then 2 acc_t that the cluster's blocks read from each other), then the
+// block's slice of the row (its packs, as bits). Loads go out BLOCK_BATCH packs per thread at
+// a time, so enough bytes are in flight to cover DRAM latency with one 1024-thread block per SM.
+constexpr int FUSED_SCRATCH = 48 * sizeof(acc_t);
 constexpr int BLOCK_BATCH = 4;
 
-template <typename T, int V>
-__global__ void softmax_block(const T* x, T* y, long long rows, long long cols, long long ldx,
-                              long long ldy) {
+// Rows first, first + step, ... with this block holding slice `rank` of CL of each row's packs.
+template <typename T, int V, int CL>
+__device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
+                                  long long ldy, long long first, long long step, int rank) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
-    T* row_s = reinterpret_cast<T*>(smem + 32 * sizeof(acc_t));
-    const int packs = int((cols + V - 1) / V);
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const T* xr = x + row * ldx;
+    acc_t* shared_m = scratch + 32;  // read by the cluster's other blocks
+    acc_t* shared_d = scratch + 33;
+    T* slice = reinterpret_cast<T*>(smem + FUSED_SCRATCH);
+    const long long packs = (cols + V - 1) / V;
+    const int per = int((packs + CL - 1) / CL);
+    const long long k0 = (long long)rank * per;
+    const int mine = int(max(0LL, min(packs, k0 + per) - k0));
+    for (long long row = first; row < rows; row += step) {
+        const T* xr = x + row * ldx + k0 * V;
+        const long long left = cols - k0 * V;  // elements of the row from this slice on
         C m = neg_inf<C>();
-        // One DRAM read per element. Each thread later walks exactly the packs it stored here,
-        // so no barrier is needed between the load and the walks.
-        for (int k0 = threadIdx.x; k0 < packs; k0 += BLOCK_BATCH * blockDim.x) {
-            C v[BLOCK_BATCH][V];
+        // One DRAM read per element, kept as bits. Each thread later walks exactly the packs it
+        // stored here, so no barrier is needed between the load and the walks.
+        for (int k1 = threadIdx.x; k1 < mine; k1 += BLOCK_BATCH * blockDim.x) {
+            Pack<T, V> p[BLOCK_BATCH];
 #pragma unroll
             for (int b = 0; b < BLOCK_BATCH; ++b) {
-                const int k = k0 + b * blockDim.x;
-                load_row_pack<T, V>(xr, (long long)k * V, k < packs ? cols : 0, neg_inf<C>(), v[b]);
+                const int k = k1 + b * blockDim.x;
+                p[b] = load_row_bits<T, V>(xr, (long long)k * V, k < mine ? left : 0, neg_inf<C>());
             }
 #pragma unroll
             for (int b = 0; b < BLOCK_BATCH; ++b) {
-                const int k = k0 + b * blockDim.x;
-                if (k >= packs) break;
-                Pack<T, V> p;
+                const int k = k1 + b * blockDim.x;
+                if (k >= mine) break;
 #pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    p.v[j] = Traits<T>::out(v[b][j]);
-                    m = fmax(m, v[b][j]);
-                }
-                store_pack<T, V>(row_s + k * V, p);
+                for (int j = 0; j < V; ++j) m = fmax(m, Traits<T>::in(p[b].v[j]));
+                store_pack<T, V>(slice + k * V, p[b]);
             }
         }
         m = block_reduce(m, cscratch, MaxOp());
-        C part = 0;  // at most ~120 terms per thread in float, then the tree in double
-        for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-            const Pack<T, V> p = load_pack<T, V>(row_s + k * V);
+        if constexpr (CL > 1) m = cluster_reduce<CL>(m, shared_m, cscratch, MaxOp());
+        C part = 0;  // at most ~120 terms per thread in float, then the trees in double
+        for (int k = threadIdx.x; k < mine; k += blockDim.x) {
+            const Pack<T, V> p = load_pack<T, V>(slice + k * V);
 #pragma unroll
             for (int j = 0; j < V; ++j) part += fast_exp(Traits<T>::in(p.v[j]) - m);
         }
-        const C s = scale_of(block_reduce(acc_t(part), scratch, SumOp()), C());
-        T* yr = y + row * ldy;
-        for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-            const Pack<T, V> p = load_pack<T, V>(row_s + k * V);
+        acc_t d = block_reduce(acc_t(part), scratch, SumOp());
+        if constexpr (CL > 1) {
+            d = cluster_reduce<CL>(d, shared_d, scratch, SumOp());
+            cluster_arrive<CL>();  // this block has read its peers' values for this row
+        }
+        const C s = scale_of(d, C());
+        T* yr = y + row * ldy + k0 * V;
+        for (int k = threadIdx.x; k < mine; k += blockDim.x) {
+            const Pack<T, V> p = load_pack<T, V>(slice + k * V);
             C v[V];
 #pragma unroll
             for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m) * s;
-            store_row_pack<T, V>(yr, (long long)k * V, cols, v);
+            store_row_pack<T, V>(yr, (long long)k * V, left, v);
         }
+        // Peers may still read shared_m / shared_d of this row until they arrive; the next row
+        // writes them again, and a block may not exit while its shared memory is being read.
+        if constexpr (CL > 1) cluster_wait<CL>();
     }
 }
+
+template <typename T, int V>
+__global__ void softmax_block(const T* x, T* y, long long rows, long long cols, long long ldx,
+                              long long ldy) {
+    fused_rows<T, V, 1>(x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0);
+}
+
+#if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
+template <typename T, int V, int CL>
+__global__ void __cluster_dims__(CL, 1, 1)
+    softmax_cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
+    fused_rows<T, V, CL>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+                         cluster_rank<CL>());
+}
+#endif
 
 }  // namespace csm

@@ -7,9 +7,10 @@
 //   online_finish<T, V>    merges the row's partials in a fixed order, then reads its chunk
 //                          again and writes exp(x - m) / d.
 //
-// DRAM traffic: 2 reads + 1 write per element (the second read may hit L2). The chunk length
-// depends on the row length only, never on the number of rows, so a row's bits do not depend
-// on the batch it came in. Padding past the row end loads as -inf and is never stored.
+// DRAM traffic: 2 reads + 1 write per element; the second read may hit L2, since
+// online_finish walks the chunks in reverse. The chunk length depends on the row length only,
+// never on the number of rows, so a row's bits do not depend on the batch it came in. Padding
+// past the row end loads as -inf and is never stored.
 #include "common.cuh"
 
 namespace csm {
@@ -62,7 +63,10 @@ __global__ void online_finish(const T* x, T* y, long long rows, long long cols, 
                               const double* part) {
     using C = compute_t<T>;
     __shared__ MD<C> scratch[32];
-    for (long long b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+    // Last chunk first: online_partials read the chunks in order, so the most recently read
+    // ones (the likeliest still in L2) are read again first.
+    for (long long i = blockIdx.x; i < rows * chunks; i += gridDim.x) {
+        const long long b = rows * chunks - 1 - i;
         const Chunk w(b, chunk, chunks, cols);
         MD<C> s = MD<C>::identity();
         for (long long k = threadIdx.x; k < chunks; k += blockDim.x) {

@@ -19,10 +19,10 @@ def _include_dir():
     return found
 
 
-def _expressions(filename):
+def _expressions(filename, arch):
     for dtype_name in _kernels.C_TYPES:
         itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
-        for kernel, template in _dispatch.templates(itemsize):
+        for kernel, template in _dispatch.templates(itemsize, clusters=arch >= "90"):
             if _kernels.FILES[kernel] == filename:
                 yield _kernels.name_expression(kernel, dtype_name, template)
 
@@ -34,7 +34,7 @@ def test_every_instantiation_compiles(filename, arch):
         nvrtc.getVersion()
     except Exception as e:
         pytest.skip(f"NVRTC is not loadable: {e}")
-    exprs = list(_expressions(filename))
+    exprs = list(_expressions(filename, arch))
     assert exprs
     options = ("-std=c++17", f"-arch=sm_{arch}", f"-I{_include_dir()}",
                "--device-as-default-execution-space")

@@ -171,4 +171,4 @@ def test_lists_and_scalars_go_to_the_host():
 
 def test_method_is_for_gpu_inputs():
     with pytest.raises(ValueError, match="GPU"):
-        cusoftmax.softmax(np.ones(3), method="warp")
+        cusoftmax.softmax(np.ones(3), method="registers")

@@ -19,33 +19,65 @@ def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):
     return d.plan_rows(rows, cols, itemsize, vec or 16 // itemsize, limits, method)
 
 
+def cluster_max_cols(limits, itemsize, vec):
+    return max(d.CLUSTER_SIZES) * block_max_cols(limits, itemsize, vec)
+
+
 @pytest.mark.parametrize("limits", [H200, A100])
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
 def test_thresholds_come_from_the_device(limits, itemsize):
     vec = 16 // itemsize
     top = block_max_cols(limits, itemsize, vec)
     assert top * itemsize <= limits.smem_per_block
-    for cols, method in [
-        (1, "warp"), (2, "warp"), (3, "warp"), (d.WARP_MAX_COLS - 1, "warp"),
-        (d.WARP_MAX_COLS, "warp"), (d.WARP_MAX_COLS + 1, "block"),
-        (top - 1, "block"), (top, "block"), (top + 1, "online"), (2**31 + 7, "online"),
-    ]:
+    between = d.CLUSTER_MIN_BYTES // itemsize  # the longest row a block takes on sm_90
+    past_block = "cluster" if limits.clusters else "online"
+    cases = [
+        (1, "registers"), (2, "registers"), (3, "registers"),
+        (d.REGISTERS_MAX_COLS - 1, "registers"), (d.REGISTERS_MAX_COLS, "registers"),
+        (d.REGISTERS_MAX_COLS + 1, "block"), (top + 1, past_block), (2**31 + 7, "online"),
+    ]
+    if limits.clusters:
+        ctop = cluster_max_cols(limits, itemsize, vec)
+        cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
+                  (ctop - 1, "cluster"), (ctop, "cluster"), (ctop + 1, "online")]
+    else:
+        cases += [(top - 1, "block"), (top, "block")]
+    for cols, method in cases:
         p = rows_plan(cols, itemsize, vec, limits)
         assert p.method == method, (cols, p)
         assert set((l.kernel, l.template) for l in p.launches) <= set(d.templates(itemsize))
         assert all(0 < l.grid <= d.MAX_GRID and l.block % 32 == 0 for l in p.launches)
-        if method == "block":
-            assert p.launches[0].smem <= limits.smem_per_block
+        assert all(l.smem <= limits.smem_per_block for l in p.launches)
+        if method == "cluster":
+            size = p.launches[0].template[1]
+            assert size in d.CLUSTER_SIZES and p.launches[0].grid % size == 0
 
 
 def test_block_limit_tracks_the_device():
     assert block_max_cols(H200, 4, 4) > block_max_cols(A100, 4, 4)
     cols = block_max_cols(A100, 4, 4) + 1
     assert rows_plan(cols, limits=A100).method == "online"
-    assert rows_plan(cols, limits=H200).method == "block"
+    assert rows_plan(cols, limits=H200).method == "cluster"
+    assert rows_plan(cols, limits=H200, method="block").method == "block"
 
 
-def test_warp_shape():
+def test_cluster_size_is_the_smallest_with_small_slices():
+    for cols in (16385, 32768, 65536, 131072, 262144, 400000):
+        p = rows_plan(cols, method="cluster")
+        size, slice_bytes = p.launches[0].template[1], p.launches[0].smem - d.BLOCK_SCRATCH
+        assert slice_bytes * size >= cols * 4
+        smaller = [s for s in d.CLUSTER_SIZES if s < size]
+        if slice_bytes > d.CLUSTER_SLICE_BYTES:  # none holds it in small slices: the smallest that fits
+            assert all(d.BLOCK_SCRATCH + math.ceil(cols / s) * 4 > H200.smem_per_block for s in smaller)
+        else:
+            assert all(math.ceil(cols / s) * 4 > d.CLUSTER_SLICE_BYTES for s in smaller)
+    with pytest.raises(ValueError, match="cluster"):
+        rows_plan(1000, method="cluster", limits=A100)
+    with pytest.raises(ValueError, match="cluster"):
+        rows_plan(cluster_max_cols(H200, 4, 4) + 1, method="cluster")
+
+
+def test_registers_shape():
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
     assert (p.width, p.launches[0].template) == (8, (4, 1, 4))
     p = rows_plan(256, 4, 4)  # 2 packs per lane: 2 rows per group keep 64 bytes in flight
@@ -56,6 +88,15 @@ def test_warp_shape():
     assert (p.width, p.launches[0].template) == (32, (8, 4, 1))
     big = rows_plan(32, 4, 4, rows=2**30)
     assert big.launches[0].grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
+    # wide rows: 16 values per lane, lanes a power of two, a block per row up to 1024 lanes
+    p = rows_plan(5000, 2, 8, method="registers")
+    assert (p.width, p.launches[0].template, p.launches[0].block) == (512, (8, 2, 0), 512)
+    p = rows_plan(1025, 4, 4, method="registers")
+    assert (p.width, p.launches[0].template, p.launches[0].block) == (128, (4, 4, 0), 128)
+    top = d.REGISTERS_MAX_LANES * d.REGISTERS_WIDE_VALUES
+    assert rows_plan(top, 8, 2, method="registers").width == d.REGISTERS_MAX_LANES
+    with pytest.raises(ValueError, match="registers"):
+        rows_plan(top + 1, 8, 2, method="registers")
 
 
 def test_online_chunks_do_not_depend_on_the_batch():
@@ -68,10 +109,11 @@ def test_online_chunks_do_not_depend_on_the_batch():
 
 
 def test_grid_is_capped_for_huge_batches():
-    for cols, method in ((2, "warp"), (5000, "block"), (2, "online")):
+    for cols, method in ((2, "registers"), (5000, "registers"), (5000, "block"), (2, "online"),
+                         (70000, "cluster")):
         p = rows_plan(cols, 4, 1, rows=2**40, method=method)
         assert all(l.grid <= d.MAX_GRID for l in p.launches)
-    assert rows_plan(5000, 4, 1, rows=2**40).launches[0].grid == d.MAX_GRID
+    assert rows_plan(10000, 4, 1, rows=2**40).launches[0].grid == d.MAX_GRID
 
 
 @pytest.mark.parametrize(
@@ -86,8 +128,8 @@ def test_vector_width(itemsize, addresses, strides, vec):
 def test_forced_methods():
     assert rows_plan(5000, method="online").method == "online"
     assert rows_plan(5, method="block").method == "block"
-    with pytest.raises(ValueError, match="at most 1024"):
-        rows_plan(1025, method="warp")
+    with pytest.raises(ValueError, match="at most 1024 lanes"):
+        rows_plan(10**5, method="registers")
     with pytest.raises(ValueError, match="shared memory"):
         rows_plan(10**6, method="block")
     with pytest.raises(ValueError, match="method must be"):
@@ -96,7 +138,7 @@ def test_forced_methods():
 
 def test_layout_policy():
     rows = Layout(10, 100, 1, (100, 1), (100, 1))
-    assert d.plan(rows, 4, (0, 0), H200).method == "warp"
+    assert d.plan(rows, 4, (0, 0), H200).method == "registers"
     assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
     p = d.plan(wide, 4, (0, 0), H200)

@@ -13,7 +13,7 @@ from _support import BF16, FLOAT_DTYPES, assert_softmax, build, make_values, req
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 pytestmark = requires_gpu
 
-ROW_METHODS = ("warp", "block", "online", "columns")
+ROW_METHODS = ("registers", "block", "cluster", "online", "columns")
 
 
 def limits():
@@ -27,11 +27,18 @@ def block_top(dtype):
     return (limits().smem_per_block - _dispatch.BLOCK_SCRATCH) // (vec * isz) * vec
 
 
+def cluster_top(dtype):
+    """The longest row the cluster kernel holds here (16-byte packs), 0 without clusters."""
+    return max(_dispatch.CLUSTER_SIZES) * block_top(dtype) if limits().clusters else 0
+
+
 def runnable(method, cols, dtype):
-    if method == "warp":
-        return cols <= _dispatch.WARP_MAX_COLS
-    if method == "block":
-        return cols <= block_top(dtype)
+    """Whether the policy accepts a forced method for rows of `cols` 16-byte-aligned elements."""
+    isz = np.dtype(dtype).itemsize
+    try:
+        _dispatch.plan_rows(1, cols, isz, 16 // isz, limits(), method)
+    except ValueError:
+        return False
     return True
 
 
@@ -57,8 +64,12 @@ def test_forced_methods_on_any_view(case, method):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_widths_around_every_threshold(dtype):
     rng = np.random.default_rng(7)
-    top = block_top(dtype)
-    widths = {1, 2, 3, 31, 32, 33, 517, 1023, 1024, 1025, 2049, 65537, top - 1, top, top + 1}
+    top, ctop = block_top(dtype), cluster_top(dtype)
+    wide = _dispatch.REGISTERS_MAX_LANES * _dispatch.REGISTERS_WIDE_VALUES
+    between = _dispatch.CLUSTER_MIN_BYTES // np.dtype(dtype).itemsize
+    widths = {1, 2, 3, 31, 32, 33, 517, 1023, 1024, 1025, 2049, wide - 1, wide, wide + 1,
+              between - 1, between, between + 1, 65537, top - 1, top, top + 1}
+    widths |= {ctop - 1, ctop, ctop + 1} if ctop else set()
     for cols in sorted(widths):
         x = cupy.asarray(make_values(rng, (3, cols), np.dtype(dtype), scale=4.0))
         results = {}
@@ -105,7 +116,7 @@ def test_special_rows_beside_normal_rows(cols):
 
 @pytest.mark.parametrize("method", ROW_METHODS)
 def test_deterministic_and_batch_independent(method):
-    cols = 3000 if method != "warp" else 700
+    cols = 3000
     x = cupy.asarray(make_values(np.random.default_rng(6), (64, cols), np.dtype(np.float32)))
     a = cusoftmax.softmax(x, method=method)
     b = cusoftmax.softmax(x, method=method)

@@ -51,8 +51,10 @@ def test_one_row_longer_than_int32():
 
 
 @pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed")
-@pytest.mark.parametrize("method", [None, "online"])
+@pytest.mark.parametrize("method", [None, "online", "cluster"])
 def test_many_rows_past_int32(method):
+    if method == "cluster" and int(cupy.cuda.Device().compute_capability) < 90:
+        pytest.skip("thread-block clusters need compute capability 9.0")
     need_gib(24)
     rows, cols = 65537, 32768  # 2**31 + 32768 elements
     x = cupy.random.default_rng(2).standard_normal((rows, cols), dtype=cupy.float32).astype(BF16)

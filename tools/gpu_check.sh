@@ -2,9 +2,10 @@
 # The GPU checks CI cannot run, in one call: the whole test suite, compute-sanitizer over the GPU
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
-#   tools/gpu_check.sh [tests] [sanitize] [bench] [bench-quick] [profile]
+#   tools/gpu_check.sh [tests] [sanitize] [bench] [bench-quick] [tune] [profile]
 #                                                      (default: tests sanitize bench)
 #
+# tune: every forced row method at the widths where the policy switches (the dispatcher's evidence).
 # Each step has its own time limit (seconds, STEP_LIMIT, default 280) so one slow step cannot
 # take the others' results with it.
 set -uo pipefail
@@ -51,6 +52,9 @@ for what in ${@:-tests sanitize bench}; do
         --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats \
         -k "regex:softmax|online|columns" env PYTHONPATH=. python3 tools/profile_cases.py
         step host ncu.log env PYTHONPATH=. python3 tools/profile_cases.py host ;;
+    tune) step tune bench.log python3 -m cusoftmax.bench --out "$OUT/tune" --repeat 15 \
+        --dtypes float32,bfloat16 --peers none --no-axis0 --methods registers,block,cluster,online \
+        --widths 256,1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576 ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
     *) echo "unknown step $what"; exit 2 ;;
