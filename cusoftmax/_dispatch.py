@@ -2,7 +2,8 @@
 
 Read top-down, the choice is::
 
-    rows of at most REGISTERS_MAX_COLS elements    -> "registers" row in registers, 1 read + 1 write
+    rows of at most SHORT_COLS elements or
+    REGISTERS_MAX_BYTES                            -> "registers" row in registers, 1 read + 1 write
     rows of at most CLUSTER_MIN_BYTES that fit one
     block's shared memory                          -> "block"     row in shared memory, 1 + 1
     rows that fit a cluster's shared memory (sm_90+,
@@ -35,8 +36,11 @@ METHODS = ("registers", "block", "cluster", "online", "columns")
 REGISTERS_MAX_PER_LANE = 32
 REGISTERS_MAX_LANES = 1024
 SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit one warp
-# The default takes rows up to REGISTERS_MAX_COLS elements in registers. Evidence: none yet.
-REGISTERS_MAX_COLS = SHORT_COLS
+# The default takes rows of up to SHORT_COLS elements, or of up to REGISTERS_MAX_BYTES, in
+# registers. Evidence: H200, 2026-11-30, run 1 of the day's second session (`tools/gpu_check.sh
+# tune`): rows of several warps against the shared-memory block kernel, fraction of copy:
+# bfloat16 2048 0.71 / 0.61, 4096 0.60 / 0.72; float32 2048 0.95 / 0.98, 4096 0.97 / 0.97.
+REGISTERS_MAX_BYTES = 4096
 # Rows longer than one warp holds: REGISTERS_WIDE_VALUES values per lane, up to
 # REGISTERS_MAX_LANES lanes (blocks of up to 1024 threads, so at most 64 registers per thread).
 # Evidence: ptxas (sm_90) spills every 32-value instantiation under that cap (up to 1 KiB of
@@ -57,11 +61,13 @@ WARP_WAVES = 4
 BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
 BLOCK_SCRATCH = 48 * 8  # bytes ahead of the row: reduction scratch (FUSED_SCRATCH in kernels/)
 
-# Cluster rows (sm_90 and newer): cluster sizes tried in order (8 is the portable maximum). The
+# Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
+# is portable; sm_90 allows 16 with the non-portable attribute, which _kernels sets). The
 # smallest size whose slice per block is at most CLUSTER_SLICE_BYTES wins, else the smallest
 # whose slice fits a block. Rows of more than CLUSTER_MIN_BYTES go to a cluster even when they
 # fit one block. Evidence: none yet.
-CLUSTER_SIZES = (2, 4, 8)
+CLUSTER_SIZES = (2, 4, 8, 16)
+PORTABLE_CLUSTER = 8
 CLUSTER_SLICE_BYTES = 64 * 1024
 CLUSTER_MIN_BYTES = 64 * 1024
 
@@ -107,6 +113,14 @@ class Limits:
     def clusters(self) -> bool:
         """Thread-block clusters with distributed shared memory (compute capability 9.0+)."""
         return self.capability >= (9, 0)
+
+    @property
+    def max_cluster(self) -> int:
+        """The largest cluster the policy uses: 16 blocks on sm_90 (non-portable, allowed
+        there), the portable 8 on later GPUs until measured, none before sm_90."""
+        if not self.clusters:
+            return 0
+        return 16 if self.capability == (9, 0) else PORTABLE_CLUSTER
 
 
 @lru_cache(maxsize=None)
@@ -197,6 +211,10 @@ def _registers_shape(cols, vec):
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
 
 
+def registers_by_default(cols: int, itemsize: int) -> bool:
+    return cols <= SHORT_COLS or cols * itemsize <= REGISTERS_MAX_BYTES
+
+
 def _registers(rows, cols, itemsize, vec, limits) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec)
     if batch is None:  # short rows: R rows per lane group keep WARP_LANE_BYTES in flight
@@ -228,7 +246,8 @@ def _cluster_size(cols, itemsize, vec, limits):
     if not limits.clusters:
         return None
     packs = math.ceil(cols / vec)
-    slices = {size: math.ceil(packs / size) * vec * itemsize for size in CLUSTER_SIZES}
+    slices = {size: math.ceil(packs / size) * vec * itemsize for size in CLUSTER_SIZES
+              if size <= limits.max_cluster}
     for size, nbytes in slices.items():
         if nbytes <= CLUSTER_SLICE_BYTES:
             return size
@@ -287,7 +306,7 @@ def _columns(outer, n, inner, vec) -> Plan:
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
-    if method == "registers" or (method is None and cols <= REGISTERS_MAX_COLS):
+    if method == "registers" or (method is None and registers_by_default(cols, itemsize)):
         if _registers_shape(cols, vec) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
@@ -308,7 +327,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
         if size is None:
             raise ValueError(
                 "method='cluster' needs thread-block clusters (compute capability 9.0+, this "
-                f"device: {limits.capability}) and the row in {max(CLUSTER_SIZES)} blocks' "
+                f"device: {limits.capability}) and the row in {limits.max_cluster} blocks' "
                 f"shared memory ({limits.smem_per_block} bytes each)"
             )
         return _cluster(rows, cols, itemsize, vec, size)

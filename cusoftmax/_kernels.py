@@ -58,11 +58,22 @@ def function(kernel: str, dtype_name: str, template: tuple, device_id: int):
     return module.get_function(expr)
 
 
+# CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cuda.h), not exported by CuPy.
+_NON_PORTABLE_CLUSTER = 14
+
+
 def _bound(launch, dtype_name, device_id):
-    """(function, grid, block, shared bytes) with the function's shared-memory limit raised."""
+    """(function, grid, block, shared bytes) with the function's shared-memory limit raised and,
+    for clusters past the portable size, non-portable sizes allowed."""
+    from ._dispatch import PORTABLE_CLUSTER
+
     fn = function(launch.kernel, dtype_name, launch.template, device_id)
     if launch.smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = launch.smem
+    if launch.kernel == "softmax_cluster" and launch.template[1] > PORTABLE_CLUSTER:
+        from cupy_backends.cuda.api import driver
+
+        driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER, 1)
     return fn, (launch.grid,), (launch.block,), launch.smem
 
 

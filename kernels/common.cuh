@@ -30,12 +30,16 @@ template <> struct Traits<double> {
 template <> struct Traits<__half> {
     using C = float;
     using B = unsigned short;
+    using T2 = __half2;  // two elements in one register
+    __device__ static __half2 pair(float lo, float hi) { return __floats2half2_rn(lo, hi); }
     __device__ static float in(B b) { return __half2float(__ushort_as_half(b)); }
     __device__ static B out(float v) { return __half_as_ushort(__float2half_rn(v)); }
 };
 template <> struct Traits<__nv_bfloat16> {
     using C = float;
     using B = unsigned short;
+    using T2 = __nv_bfloat162;
+    __device__ static __nv_bfloat162 pair(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
     __device__ static float in(B b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
     __device__ static B out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 };
@@ -99,6 +103,56 @@ template <typename T, int V> __device__ inline void store_pack_global(T* p, cons
     memcpy(&w, &v, sizeof w);
     st_global(p, w);
 }
+
+// The largest element of a pack, in the compute type (fmax semantics: NaN is ignored unless
+// all are NaN). Half types compare pairs as they are (one HMNMX2 per two elements, no
+// conversions), then convert the last pair.
+template <typename T, int V> __device__ inline compute_t<T> pack_max(const Pack<T, V>& p) {
+    if constexpr (sizeof(T) == 2 && V >= 2) {
+        using T2 = typename Traits<T>::T2;
+        T2 w[V / 2];
+        memcpy(w, p.v, sizeof w);
+#pragma unroll
+        for (int n = V / 2; n > 1; n /= 2)
+#pragma unroll
+            for (int j = 0; j < n / 2; ++j) w[j] = __hmax2(w[j], w[j + n / 2]);
+        return fmax(__low2float(w[0]), __high2float(w[0]));
+    } else {
+        compute_t<T> m = Traits<T>::in(p.v[0]);
+#pragma unroll
+        for (int j = 1; j < V; ++j) m = fmax(m, Traits<T>::in(p.v[j]));
+        return m;
+    }
+}
+
+// V values of the compute type rounded to a pack of T; half types convert two per instruction.
+template <typename T, int V, typename C> __device__ inline Pack<T, V> pack_out(const C (&in)[V]) {
+    Pack<T, V> p;
+    if constexpr (sizeof(T) == 2 && V >= 2) {
+#pragma unroll
+        for (int j = 0; j < V; j += 2) {
+            const typename Traits<T>::T2 h = Traits<T>::pair(in[j], in[j + 1]);
+            memcpy(&p.v[j], &h, sizeof h);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) p.v[j] = Traits<T>::out(in[j]);
+    }
+    return p;
+}
+
+// Asynchronous copy of one pack from global to shared memory (sm_80+, packs of 4, 8 or 16
+// bytes): the bytes in flight hold no registers, so a block can have its whole slice of a row
+// in flight at once. 16-byte copies bypass L1 (streaming data). The issuing thread sees the
+// data after copy_wait().
+template <int BYTES> __device__ inline void copy_async(void* dst, const void* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
+}
+__device__ inline void copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 template <typename T, int V> __device__ inline Pack<T, V> load_pack(const T* p) {
     return *reinterpret_cast<const Pack<T, V>*>(p);
@@ -170,11 +224,12 @@ __device__ inline R block_reduce(R v, R* scratch, Op op) {
 }
 
 // Reduce over aligned groups of `width` lanes, a power of two up to the block size. Up to 32
-// lanes: shuffles. Above: shuffles, then the group's warps fold their values from `scratch` (one
-// slot per warp) in warp order; every thread of the block must call it then.
-template <typename R, typename Op>
+// lanes (WIDE false): shuffles. Above (WIDE): shuffles, then the group's warps fold their
+// values from `scratch` (one slot per warp) in warp order; every thread of the block must call
+// it then.
+template <bool WIDE, typename R, typename Op>
 __device__ inline R lanes_reduce(R v, int width, R* scratch, Op op) {
-    if (width <= 32) return group_reduce(v, width, op);
+    if constexpr (!WIDE) return group_reduce(v, width, op);
     v = group_reduce(v, 32, op);
     const int warp = threadIdx.x >> 5, first = warp & ~(width / 32 - 1);
     if ((threadIdx.x & 31) == 0) scratch[warp] = v;
@@ -233,10 +288,7 @@ __device__ inline void load_row_pack(const T* row, long long c, long long cols, 
 template <typename T, int V, typename C>
 __device__ inline void store_row_pack(T* row, long long c, long long cols, const C (&in)[V]) {
     if (c + V <= cols) {
-        Pack<T, V> p;
-#pragma unroll
-        for (int j = 0; j < V; ++j) p.v[j] = Traits<T>::out(in[j]);
-        store_pack_global<T, V>(row + c, p);
+        store_pack_global<T, V>(row + c, pack_out<T, V>(in));
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j)

@@ -37,11 +37,12 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
     __shared__ C scratch[32];  // per-warp values when a row spans several warps
     // The threads that loop together: a warp for rows of up to 32 lanes (shuffles only), the
     // whole block for wider rows (their reductions meet at barriers).
-    constexpr int RR = R ? R : 1;  // rows per group per iteration
-    const int unit = R ? 32 : int(blockDim.x);
+    constexpr bool WIDE = R == 0;
+    constexpr int RR = WIDE ? 1 : R;  // rows per group per iteration
+    const int unit = WIDE ? int(blockDim.x) : 32;
     const int sub = threadIdx.x & (width - 1);
-    const int groups = unit / width;  // rows per unit per iteration (times R)
-    const int group = (threadIdx.x % unit) / width;
+    const int groups = unit / width;  // rows per unit per iteration (times RR)
+    const int group = (WIDE ? threadIdx.x : threadIdx.x & 31) / width;
     const long long u = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / unit;
     const long long units = ((long long)gridDim.x * blockDim.x) / unit;
     // Loop per unit, not per row: every thread runs the same iterations, so shuffles stay
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
             for (int p = 0; p < P; ++p)
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
-            m[r] = lanes_reduce(m[r], width, scratch, MaxOp());
+            m[r] = lanes_reduce<WIDE>(m[r], width, scratch, MaxOp());
             // At most 32 terms per lane, then a tree over at most 1024 lanes: a float sum stays
             // far inside 1e-5.
             d[r] = 0;
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
                     v[r][p][j] = fast_exp(v[r][p][j] - m[r]);  // padding (-inf) gives 0
                     d[r] += v[r][p][j];
                 }
-            d[r] = lanes_reduce(d[r], width, scratch, SumOp());
+            d[r] = lanes_reduce<WIDE>(d[r], width, scratch, SumOp());
         }
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
@@ -96,10 +97,8 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
 
 // Dynamic shared memory of the block and cluster kernels: FUSED_SCRATCH bytes (32 acc_t of
 // reduction scratch, then 2 acc_t that the cluster's blocks read from each other), then the
-// block's slice of the row (its packs, as bits). Loads go out BLOCK_BATCH packs per thread at
-// a time, so enough bytes are in flight to cover DRAM latency with one 1024-thread block per SM.
+// block's slice of the row (its packs, as bits).
 constexpr int FUSED_SCRATCH = 48 * sizeof(acc_t);
-constexpr int BLOCK_BATCH = 4;
 
 // Rows first, first + step, ... with this block holding slice `rank` of CL of each row's packs.
 template <typename T, int V, int CL>
@@ -119,25 +118,25 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
     for (long long row = first; row < rows; row += step) {
         const T* xr = x + row * ldx + k0 * V;
         const long long left = cols - k0 * V;  // elements of the row from this slice on
-        C m = neg_inf<C>();
-        // One DRAM read per element, kept as bits. Each thread later walks exactly the packs it
-        // stored here, so no barrier is needed between the load and the walks.
-        for (int k1 = threadIdx.x; k1 < mine; k1 += BLOCK_BATCH * blockDim.x) {
-            Pack<T, V> p[BLOCK_BATCH];
-#pragma unroll
-            for (int b = 0; b < BLOCK_BATCH; ++b) {
-                const int k = k1 + b * blockDim.x;
-                p[b] = load_row_bits<T, V>(xr, (long long)k * V, k < mine ? left : 0, neg_inf<C>());
+        // One DRAM read per element, kept as bits: whole packs by asynchronous copies (all of
+        // this thread's in flight at once), the pack that straddles the row end by loads. Each
+        // thread later walks exactly the packs it copied, so it needs no barrier, only its own
+        // copies complete.
+        constexpr int PB = sizeof(T) * V;  // bytes per pack
+        for (int k = threadIdx.x; k < mine; k += blockDim.x) {
+            const long long c = (long long)k * V;
+            if constexpr (PB >= 4) {
+                if (c + V <= left) {
+                    copy_async<PB>(slice + c, xr + c);
+                    continue;
+                }
             }
-#pragma unroll
-            for (int b = 0; b < BLOCK_BATCH; ++b) {
-                const int k = k1 + b * blockDim.x;
-                if (k >= mine) break;
-#pragma unroll
-                for (int j = 0; j < V; ++j) m = fmax(m, Traits<T>::in(p[b].v[j]));
-                store_pack<T, V>(slice + k * V, p[b]);
-            }
+            store_pack<T, V>(slice + c, load_row_bits<T, V>(xr, c, left, neg_inf<C>()));
         }
+        copy_wait();
+        C m = neg_inf<C>();
+        for (int k = threadIdx.x; k < mine; k += blockDim.x)
+            m = fmax(m, pack_max<T, V>(load_pack<T, V>(slice + k * V)));
         m = block_reduce(m, cscratch, MaxOp());
         if constexpr (CL > 1) m = cluster_reduce<CL>(m, shared_m, cscratch, MaxOp());
         C part = 0;  // at most ~120 terms per thread in float, then the trees in double

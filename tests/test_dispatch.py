@@ -20,7 +20,7 @@ def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):
 
 
 def cluster_max_cols(limits, itemsize, vec):
-    return max(d.CLUSTER_SIZES) * block_max_cols(limits, itemsize, vec)
+    return limits.max_cluster * block_max_cols(limits, itemsize, vec)
 
 
 @pytest.mark.parametrize("limits", [H200, A100])
@@ -31,10 +31,11 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     assert top * itemsize <= limits.smem_per_block
     between = d.CLUSTER_MIN_BYTES // itemsize  # the longest row a block takes on sm_90
     past_block = "cluster" if limits.clusters else "online"
+    reg_top = max(d.SHORT_COLS, d.REGISTERS_MAX_BYTES // itemsize)
     cases = [
-        (1, "registers"), (2, "registers"), (3, "registers"),
-        (d.REGISTERS_MAX_COLS - 1, "registers"), (d.REGISTERS_MAX_COLS, "registers"),
-        (d.REGISTERS_MAX_COLS + 1, "block"), (top + 1, past_block), (2**31 + 7, "online"),
+        (1, "registers"), (2, "registers"), (3, "registers"), (reg_top - 1, "registers"),
+        (reg_top, "registers"), (reg_top + 1, "block"), (top + 1, past_block),
+        (2**31 + 7, "online"),
     ]
     if limits.clusters:
         ctop = cluster_max_cols(limits, itemsize, vec)

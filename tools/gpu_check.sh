@@ -43,9 +43,9 @@ for what in ${@:-tests sanitize bench}; do
     sanitize)
         step memcheck sanitizer.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_gpu.py
         step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
-            -k "widths or special or strided or determin"
+            -k "special or strided or determin or past_grid"
         step synccheck sanitizer.log "${sanitize[@]}" synccheck "${pytest[@]}" tests/test_gpu.py \
-            -k "widths or special"
+            -k "special or determin or past_grid"
         ;;
     bench) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" ;;
     profile) step ncu ncu.log ncu --clock-control none --section SpeedOfLight --section Occupancy \
@@ -54,7 +54,13 @@ for what in ${@:-tests sanitize bench}; do
         step host ncu.log env PYTHONPATH=. python3 tools/profile_cases.py host ;;
     tune) step tune bench.log python3 -m cusoftmax.bench --out "$OUT/tune" --repeat 15 \
         --dtypes float32,bfloat16 --peers none --no-axis0 --methods registers,block,cluster,online \
-        --widths 256,1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576 ;;
+        --widths 256,1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576
+        step tune-slices bench.log python3 -c "import sys, cusoftmax._dispatch as d
+d.CLUSTER_SLICE_BYTES = 32768
+from cusoftmax.bench import main
+sys.exit(main(sys.argv[1:]))" --out "$OUT/tune-32k" --repeat 15 --dtypes float32,bfloat16 \
+            --peers none --no-axis0 --no-long --methods cluster --widths 32768,65536,131072,262144,524288
+        step host-launch bench.log env PYTHONPATH=. python3 tools/host_launch.py ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
     *) echo "unknown step $what"; exit 2 ;;
