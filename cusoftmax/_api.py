@@ -45,10 +45,11 @@ def softmax(x, axis=-1, *, out=None, method=None):
     out : array, optional
         Where to write the result: same shape as `x`, the result's dtype, the same framework
         and device. It may be `x` itself (in place). Checked before anything is written.
-    method : {None, 'registers', 'block', 'cluster', 'online', 'columns'}, optional
+    method : {None, 'registers', 'tiles', 'block', 'cluster', 'online', 'columns'}, optional
         GPU only: force one kernel instead of the dispatcher's choice (for tests and
-        benchmarks). ``'registers'`` holds a row in registers (rows up to 32768 elements,
-        fewer for float64), ``'block'`` in one block's shared memory, ``'cluster'`` across the
+        benchmarks). ``'registers'`` holds a row in registers (rows up to 16384 elements),
+        ``'tiles'`` stages several short rows per warp in shared memory, ``'block'`` holds a
+        row in one block's shared memory, ``'cluster'`` across the
         shared memory of a thread-block cluster (compute capability 9.0 and newer),
         ``'online'`` runs the two-pass tiled kernel on any row, ``'columns'`` reduces a strided
         axis in place of a transposing copy.

@@ -4,6 +4,7 @@ Read top-down, the choice is::
 
     rows of at most SHORT_COLS elements or
     REGISTERS_MAX_BYTES                            -> "registers" row in registers, 1 read + 1 write
+    (forced only, being measured)                  -> "tiles"     short rows staged in shared memory
     rows of at most CLUSTER_MIN_BYTES that fit one
     block's shared memory                          -> "block"     row in shared memory, 1 + 1
     rows that fit a cluster's shared memory (sm_90+,
@@ -28,7 +29,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-METHODS = ("registers", "block", "cluster", "online", "columns")
+METHODS = ("registers", "tiles", "block", "cluster", "online", "columns")
 
 # Register-resident rows: at most REGISTERS_MAX_PER_LANE values of the compute type per lane and
 # at most REGISTERS_MAX_LANES lanes (one block) per row. Evidence: register budget (32 values +
@@ -55,6 +56,13 @@ WARP_LANE_BYTES = 64
 WARP_MAX_ROWS = 4
 # Grid: at most WARP_WAVES full residencies of the block size; units loop over rows.
 WARP_WAVES = 4
+
+# Short rows staged in shared memory ("tiles"): blocks of TILES_BLOCK threads, each warp stages
+# about TILES_WARP_BYTES of rows before reducing any (R rows per lane group, R in TILES_ROWS).
+# Evidence: none yet.
+TILES_BLOCK = 128
+TILES_WARP_BYTES = 4096
+TILES_ROWS = (1, 2, 4, 8)
 
 # Shared-memory rows: threads per block by the bytes a block holds, first row that fits wins.
 # Evidence: none yet, a first version (about 8 to 16 packs of 16 bytes per thread).
@@ -180,6 +188,8 @@ def templates(itemsize: int, clusters: bool = True):
             if per_lane * vec == REGISTERS_WIDE_VALUES:
                 yield "softmax_registers", (vec, per_lane, 0)  # a row spans several warps
             per_lane *= 2
+        for rows in TILES_ROWS:
+            yield "softmax_tiles", (vec, rows)
         for kernel in ("softmax_block", "online_partials", "online_finish", "columns_partials",
                        "columns_finish"):
             yield kernel, (vec,)
@@ -228,6 +238,23 @@ def _registers(rows, cols, itemsize, vec, limits) -> Plan:
     grid = min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
     launch = Launch("softmax_registers", (vec, per_lane, batch), grid, block)
     return Plan("registers", vec, (launch,), width=width)
+
+
+def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
+    """Plan for the tiles kernel, or None when one row per lane group does not fit."""
+    packs = math.ceil(cols / vec)
+    width = min(32, _pow2_at_least(packs))
+    group_bytes = 32 // width * packs * vec * itemsize  # one row per lane group of a warp
+    warps = TILES_BLOCK // 32
+    batch = max([r for r in TILES_ROWS if r * group_bytes <= TILES_WARP_BYTES], default=1)
+    smem = warps * batch * group_bytes
+    if smem > limits.smem_per_block:
+        return None
+    rows_per_block = warps * 32 // width * batch
+    resident = limits.sm_count * (2048 // TILES_BLOCK) * WARP_WAVES
+    grid = min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
+    launch = Launch("softmax_tiles", (vec, batch), grid, TILES_BLOCK, smem)
+    return Plan("tiles", vec, (launch,), width=width)
 
 
 def _threads_for(slice_bytes):
@@ -313,6 +340,15 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"{REGISTERS_MAX_PER_LANE} values; {cols} elements in packs of {vec} do not fit"
             )
         return _registers(rows, cols, itemsize, vec, limits)
+    if method == "tiles":
+        plan = _tiles(rows, cols, itemsize, vec, limits)
+        if plan is None:
+            raise ValueError(
+                f"method='tiles' stages {TILES_BLOCK // 32} warps' rows in shared memory: rows of "
+                f"{cols} elements of {itemsize} bytes exceed the device's {limits.smem_per_block} "
+                "bytes per block"
+            )
+        return plan
     size = _cluster_size(cols, itemsize, vec, limits)
     one_block = fits_block(cols, itemsize, vec, limits)
     if method == "block" or (method is None and one_block and (

@@ -10,6 +10,7 @@ import numpy as np
 HEADER = "common.cuh"
 FILES = {
     "softmax_registers": "softmax_fused.cu",
+    "softmax_tiles": "softmax_fused.cu",
     "softmax_block": "softmax_fused.cu",
     "softmax_cluster": "softmax_fused.cu",
     "online_partials": "softmax_online.cu",
@@ -89,7 +90,7 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     chunk, chunks = i64(plan.chunk), i64(plan.chunks)
     k = [_bound(l, dtype_name, device_id) for l in plan.launches]
 
-    if plan.method == "registers":
+    if plan.method in ("registers", "tiles"):
         (f, g, b, sm), tail = k[0], (outer, n, xso, yso, np.int32(plan.width))
         return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
     if plan.method in ("block", "cluster"):

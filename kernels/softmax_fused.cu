@@ -7,9 +7,11 @@
 //                           (several rows per warp when width < 32) keep enough loads in flight
 //                           for short rows; R = 0 marks wide rows (more than 32 lanes, 16 values
 //                           per lane), which reduce through shared memory.
+//   softmax_tiles<T, V, R>  short rows staged in shared memory by asynchronous copies: each
+//                           warp stages a tile of rows (R per lane group) before reducing any.
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
-//                           limit); each thread keeps the packs it loaded, so after the load the
-//                           row is walked twice on chip (sum of exp, then write).
+//                           limit), staged by asynchronous copies, then walked three times on
+//                           chip (max, sum of exp, write).
 //   softmax_cluster<T, V, CL>  (sm_90 and newer) the same with the row cut into CL slices, one
 //                           per block of a thread-block cluster; the blocks combine their max and
 //                           then their sum through distributed shared memory, and each writes
@@ -95,6 +97,91 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
     }
 }
 
+// A slice of a row staged in shared memory as bits, walked by one thread: its packs are
+// first, first + stride, ... below count. Whole packs arrive by asynchronous copies (all of the
+// thread's in flight at once, holding no registers), the pack that straddles the row end by
+// loads, -inf past it. Each thread walks exactly the packs it staged, so after copy_wait() it
+// needs no barrier. Three walks on chip follow: max, sum of exp, write.
+template <typename T, int V> struct Staged {
+    using C = compute_t<T>;
+    T* s;
+    int first, stride, count;
+
+    // x: the slice's first element in global memory; left: row elements from there on.
+    __device__ void load(const T* x, long long left) const {
+        constexpr int PB = sizeof(T) * V;  // bytes per pack
+        for (int k = first; k < count; k += stride) {
+            const long long c = (long long)k * V;
+            if constexpr (PB >= 4) {
+                if (c + V <= left) {
+                    copy_async<PB>(s + c, x + c);
+                    continue;
+                }
+            }
+            store_pack<T, V>(s + c, load_row_bits<T, V>(x, c, left, neg_inf<C>()));
+        }
+    }
+    __device__ C max() const {
+        C m = neg_inf<C>();
+        for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
+        return m;
+    }
+    __device__ C sum(C m) const {
+        C part = 0;
+        for (int k = first; k < count; k += stride) {
+            const Pack<T, V> p = load_pack<T, V>(s + k * V);
+#pragma unroll
+            for (int j = 0; j < V; ++j) part += fast_exp(Traits<T>::in(p.v[j]) - m);
+        }
+        return part;
+    }
+    __device__ void write(T* y, long long left, C m, C scale) const {
+        for (int k = first; k < count; k += stride) {
+            const Pack<T, V> p = load_pack<T, V>(s + k * V);
+            C v[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m) * scale;
+            store_row_pack<T, V>(y, (long long)k * V, left, v);
+        }
+    }
+};
+
+// Short rows staged in shared memory: `width` lanes (a power of two <= 32) share a row, and a
+// warp stages R rows per lane group (32 / width groups) in its own part of the dynamic shared
+// memory before any is reduced, so the whole tile of rows is in flight at once without holding
+// registers. Shuffles only; the loop runs per warp, so they stay converged.
+template <typename T, int V, int R>
+__global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, long long ldx,
+                              long long ldy, int width) {
+    using C = compute_t<T>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int packs = int((cols + V - 1) / V);
+    const int lane = threadIdx.x & 31, sub = lane & (width - 1);
+    const int groups = 32 / width, group = lane / width;
+    T* tile = reinterpret_cast<T*>(smem) + (long long)(threadIdx.x >> 5) * groups * R * packs * V;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long first = warp * groups * R; first < rows; first += warps * groups * R) {
+        // Row r of this lane group's R; a row past the end stages nothing (count 0).
+        auto row_of = [&](int r) { return first + (long long)r * groups + group; };
+        auto staged = [&](int r) {
+            return Staged<T, V>{tile + (group * R + r) * packs * V, sub, width, row_of(r) < rows ? packs : 0};
+        };
+        // Not unrolled: the copies hold no registers, so unrolling would only add them.
+#pragma unroll 1
+        for (int r = 0; r < R; ++r) staged(r).load(x + min(row_of(r), rows - 1) * ldx, cols);
+        copy_wait();
+#pragma unroll 1
+        for (int r = 0; r < R; ++r) {
+            const Staged<T, V> st = staged(r);
+            const C m = group_reduce(st.max(), width, MaxOp());
+            // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
+            const C d = group_reduce(st.sum(m), width, SumOp());
+            st.write(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(acc_t(d), C()));
+        }
+    }
+}
+
 // Dynamic shared memory of the block and cluster kernels: FUSED_SCRATCH bytes (32 acc_t of
 // reduction scratch, then 2 acc_t that the cluster's blocks read from each other), then the
 // block's slice of the row (its packs, as bits).
@@ -110,55 +197,24 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
     C* cscratch = reinterpret_cast<C*>(smem);
     acc_t* shared_m = scratch + 32;  // read by the cluster's other blocks
     acc_t* shared_d = scratch + 33;
-    T* slice = reinterpret_cast<T*>(smem + FUSED_SCRATCH);
     const long long packs = (cols + V - 1) / V;
     const int per = int((packs + CL - 1) / CL);
     const long long k0 = (long long)rank * per;
-    const int mine = int(max(0LL, min(packs, k0 + per) - k0));
+    const Staged<T, V> st{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
+                          int(blockDim.x), int(max(0LL, min(packs, k0 + per) - k0))};
     for (long long row = first; row < rows; row += step) {
-        const T* xr = x + row * ldx + k0 * V;
         const long long left = cols - k0 * V;  // elements of the row from this slice on
-        // One DRAM read per element, kept as bits: whole packs by asynchronous copies (all of
-        // this thread's in flight at once), the pack that straddles the row end by loads. Each
-        // thread later walks exactly the packs it copied, so it needs no barrier, only its own
-        // copies complete.
-        constexpr int PB = sizeof(T) * V;  // bytes per pack
-        for (int k = threadIdx.x; k < mine; k += blockDim.x) {
-            const long long c = (long long)k * V;
-            if constexpr (PB >= 4) {
-                if (c + V <= left) {
-                    copy_async<PB>(slice + c, xr + c);
-                    continue;
-                }
-            }
-            store_pack<T, V>(slice + c, load_row_bits<T, V>(xr, c, left, neg_inf<C>()));
-        }
+        st.load(x + row * ldx + k0 * V, left);  // one DRAM read per element
         copy_wait();
-        C m = neg_inf<C>();
-        for (int k = threadIdx.x; k < mine; k += blockDim.x)
-            m = fmax(m, pack_max<T, V>(load_pack<T, V>(slice + k * V)));
-        m = block_reduce(m, cscratch, MaxOp());
+        C m = block_reduce(st.max(), cscratch, MaxOp());
         if constexpr (CL > 1) m = cluster_reduce<CL>(m, shared_m, cscratch, MaxOp());
-        C part = 0;  // at most ~120 terms per thread in float, then the trees in double
-        for (int k = threadIdx.x; k < mine; k += blockDim.x) {
-            const Pack<T, V> p = load_pack<T, V>(slice + k * V);
-#pragma unroll
-            for (int j = 0; j < V; ++j) part += fast_exp(Traits<T>::in(p.v[j]) - m);
-        }
-        acc_t d = block_reduce(acc_t(part), scratch, SumOp());
+        // At most ~120 terms per thread in float, then the trees in double.
+        acc_t d = block_reduce(acc_t(st.sum(m)), scratch, SumOp());
         if constexpr (CL > 1) {
             d = cluster_reduce<CL>(d, shared_d, scratch, SumOp());
             cluster_arrive<CL>();  // this block has read its peers' values for this row
         }
-        const C s = scale_of(d, C());
-        T* yr = y + row * ldy + k0 * V;
-        for (int k = threadIdx.x; k < mine; k += blockDim.x) {
-            const Pack<T, V> p = load_pack<T, V>(slice + k * V);
-            C v[V];
-#pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m) * s;
-            store_row_pack<T, V>(yr, (long long)k * V, left, v);
-        }
+        st.write(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
         // Peers may still read shared_m / shared_d of this row until they arrive; the next row
         // writes them again, and a block may not exit while its shared memory is being read.
         if constexpr (CL > 1) cluster_wait<CL>();

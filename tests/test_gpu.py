@@ -13,7 +13,7 @@ from _support import BF16, FLOAT_DTYPES, assert_softmax, build, make_values, req
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 pytestmark = requires_gpu
 
-ROW_METHODS = ("registers", "block", "cluster", "online", "columns")
+ROW_METHODS = ("registers", "tiles", "block", "cluster", "online", "columns")
 
 
 def limits():

@@ -53,13 +53,13 @@ for what in ${@:-tests sanitize bench}; do
         -k "regex:softmax|online|columns" env PYTHONPATH=. python3 tools/profile_cases.py
         step host ncu.log env PYTHONPATH=. python3 tools/profile_cases.py host ;;
     tune) step tune bench.log python3 -m cusoftmax.bench --out "$OUT/tune" --repeat 15 \
-        --dtypes float32,bfloat16 --peers none --no-axis0 --methods registers,block,cluster,online \
-        --widths 256,1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576
-        step tune-slices bench.log python3 -c "import sys, cusoftmax._dispatch as d
-d.CLUSTER_SLICE_BYTES = 32768
+        --dtypes float32,bfloat16 --peers none --no-axis0 --methods registers,tiles,block,cluster,online \
+        --widths 32,64,128,256,512,1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576
+        step tune-tiles bench.log python3 -c "import sys, cusoftmax._dispatch as d
+d.TILES_WARP_BYTES = 8192
 from cusoftmax.bench import main
-sys.exit(main(sys.argv[1:]))" --out "$OUT/tune-32k" --repeat 15 --dtypes float32,bfloat16 \
-            --peers none --no-axis0 --no-long --methods cluster --widths 32768,65536,131072,262144,524288
+sys.exit(main(sys.argv[1:]))" --out "$OUT/tune-8k" --repeat 15 --dtypes float32,bfloat16 \
+            --peers none --no-axis0 --no-long --methods tiles --widths 32,64,128,256,512,1024,2048
         step host-launch bench.log env PYTHONPATH=. python3 tools/host_launch.py ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
