@@ -2,9 +2,9 @@
 
 Read top-down, the choice is::
 
-    rows of at most SHORT_COLS elements or
-    REGISTERS_MAX_BYTES                            -> "registers" row in registers, 1 read + 1 write
-    (forced only, being measured)                  -> "tiles"     short rows staged in shared memory
+    rows of at most REGISTERS_MAX_COLS elements    -> "registers" row in registers, 1 read + 1 write
+    rows of at most TILES_MAX_BYTES                -> "tiles"     short rows staged per warp in
+                                                                  shared memory, 1 read + 1 write
     rows of at most CLUSTER_MIN_BYTES that fit one
     block's shared memory                          -> "block"     row in shared memory, 1 + 1
     rows that fit a cluster's shared memory (sm_90+,
@@ -37,11 +37,15 @@ METHODS = ("registers", "tiles", "block", "cluster", "online", "columns")
 REGISTERS_MAX_PER_LANE = 32
 REGISTERS_MAX_LANES = 1024
 SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit one warp
-# The default takes rows of up to SHORT_COLS elements, or of up to REGISTERS_MAX_BYTES, in
-# registers. Evidence: H200, 2026-11-30, run 1 of the day's second session (`tools/gpu_check.sh
-# tune`): rows of several warps against the shared-memory block kernel, fraction of copy:
-# bfloat16 2048 0.71 / 0.61, 4096 0.60 / 0.72; float32 2048 0.95 / 0.98, 4096 0.97 / 0.97.
-REGISTERS_MAX_BYTES = 4096
+# The default takes rows of up to REGISTERS_MAX_COLS elements in registers, then rows of up to
+# TILES_MAX_BYTES to the tiles kernel. Evidence: H200, 2026-11-30, `tools/gpu_check.sh tune`
+# (second session, run 3), fraction of copy, registers / tiles / block: float32 512 0.96 / 0.95
+# / 0.75, 1024 0.93 / 0.96 / 0.98, 2048 0.91 / 0.98 / 0.99; bfloat16 512 0.85 / 0.82 / 0.48,
+# 1024 0.75 / 0.92 / 0.69, 2048 0.73 / 0.95 / 0.91, 4096 0.64 / 0.91 / 0.98; rows of 32 to 256
+# within 0.02 of each other in both kernels (float32 from 128 up). Rows of several warps in
+# registers never won (bfloat16 4096: 0.64, float32 16384: 0.73).
+REGISTERS_MAX_COLS = 512
+TILES_MAX_BYTES = 4096
 # Rows longer than one warp holds: REGISTERS_WIDE_VALUES values per lane, up to
 # REGISTERS_MAX_LANES lanes (blocks of up to 1024 threads, so at most 64 registers per thread).
 # Evidence: ptxas (sm_90) spills every 32-value instantiation under that cap (up to 1 KiB of
@@ -59,7 +63,9 @@ WARP_WAVES = 4
 
 # Short rows staged in shared memory ("tiles"): blocks of TILES_BLOCK threads, each warp stages
 # about TILES_WARP_BYTES of rows before reducing any (R rows per lane group, R in TILES_ROWS).
-# Evidence: none yet.
+# Evidence: H200, 2026-11-30 (second session, run 3): 8 KiB per warp against 4 KiB, fraction of
+# copy: bfloat16 512 0.72 / 0.82, 1024 0.85 / 0.92, 2048 0.89 / 0.95; float32 within 0.02 from
+# 256 up, worse below (32: 0.79 / 0.83).
 TILES_BLOCK = 128
 TILES_WARP_BYTES = 4096
 TILES_ROWS = (1, 2, 4, 8)
@@ -221,10 +227,6 @@ def _registers_shape(cols, vec):
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
 
 
-def registers_by_default(cols: int, itemsize: int) -> bool:
-    return cols <= SHORT_COLS or cols * itemsize <= REGISTERS_MAX_BYTES
-
-
 def _registers(rows, cols, itemsize, vec, limits) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec)
     if batch is None:  # short rows: R rows per lane group keep WARP_LANE_BYTES in flight
@@ -333,14 +335,14 @@ def _columns(outer, n, inner, vec) -> Plan:
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
-    if method == "registers" or (method is None and registers_by_default(cols, itemsize)):
+    if method == "registers" or (method is None and cols <= REGISTERS_MAX_COLS):
         if _registers_shape(cols, vec) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
                 f"{REGISTERS_MAX_PER_LANE} values; {cols} elements in packs of {vec} do not fit"
             )
         return _registers(rows, cols, itemsize, vec, limits)
-    if method == "tiles":
+    if method == "tiles" or (method is None and cols * itemsize <= TILES_MAX_BYTES):
         plan = _tiles(rows, cols, itemsize, vec, limits)
         if plan is None:
             raise ValueError(

@@ -72,7 +72,11 @@ template <typename C> __device__ inline C term(C x, C m) {
 }
 
 // y = e / d written as e * (1/d). For a slice of all -inf: e = 0, 1/d = inf, y = NaN (as SciPy).
-__device__ inline float scale_of(acc_t d, float) { return float(1.0 / d); }
+// Float results take a float reciprocal (correctly rounded, MUFU.RCP and a fix-up), also of a
+// double sum (rounded to float first: 2 roundings, 1.2e-7 relative): a double division per row
+// and lane costs about as much as the rest of the work on a short half-type row.
+__device__ inline float scale_of(float d, float) { return __frcp_rn(d); }
+__device__ inline float scale_of(acc_t d, float) { return __frcp_rn(float(d)); }
 __device__ inline double scale_of(acc_t d, double) { return 1.0 / d; }
 
 // ---- 16-byte (or narrower) vector access. V elements of T, aligned to V * sizeof(T).

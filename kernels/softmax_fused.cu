@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
         for (int r = 0; r < RR; ++r) {
             const long long row = first + (long long)r * groups + group;
             if (row >= rows) break;
-            const C s = scale_of(acc_t(d[r]), C());
+            const C s = scale_of(d[r], C());
             T* yr = y + row * ldy;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
@@ -177,7 +177,7 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
             const C m = group_reduce(st.max(), width, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
             const C d = group_reduce(st.sum(m), width, SumOp());
-            st.write(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(acc_t(d), C()));
+            st.write(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(d, C()));
         }
     }
 }

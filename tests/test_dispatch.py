@@ -31,12 +31,14 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     assert top * itemsize <= limits.smem_per_block
     between = d.CLUSTER_MIN_BYTES // itemsize  # the longest row a block takes on sm_90
     past_block = "cluster" if limits.clusters else "online"
-    reg_top = max(d.SHORT_COLS, d.REGISTERS_MAX_BYTES // itemsize)
+    reg_top, tiles_top = d.REGISTERS_MAX_COLS, d.TILES_MAX_BYTES // itemsize
     cases = [
         (1, "registers"), (2, "registers"), (3, "registers"), (reg_top - 1, "registers"),
-        (reg_top, "registers"), (reg_top + 1, "block"), (top + 1, past_block),
+        (reg_top, "registers"), (max(reg_top, tiles_top) + 1, "block"), (top + 1, past_block),
         (2**31 + 7, "online"),
     ]
+    if tiles_top > reg_top:
+        cases += [(reg_top + 1, "tiles"), (tiles_top, "tiles")]
     if limits.clusters:
         ctop = cluster_max_cols(limits, itemsize, vec)
         cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
@@ -78,14 +80,26 @@ def test_cluster_size_is_the_smallest_with_small_slices():
         rows_plan(cluster_max_cols(H200, 4, 4) + 1, method="cluster")
 
 
+def test_tiles_shape():
+    p = rows_plan(32, 2, 8, method="tiles")  # 4 packs: 4 lanes, 8 groups per warp, 8 rows each
+    assert (p.width, p.launches[0].template) == (4, (8, 8))
+    assert p.launches[0].smem == d.TILES_BLOCK // 32 * d.TILES_WARP_BYTES
+    p = rows_plan(1024, 2, 8)  # 2 KiB rows: 2 per warp
+    assert (p.method, p.width, p.launches[0].template) == ("tiles", 32, (8, 2))
+    p = rows_plan(3000, 4, 1, method="tiles")  # one row per warp beyond TILES_WARP_BYTES
+    assert p.launches[0].template == (1, 1) and p.launches[0].smem == 4 * 3000 * 4
+    with pytest.raises(ValueError, match="tiles"):
+        rows_plan(20000, 4, 4, method="tiles")
+
+
 def test_registers_shape():
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
     assert (p.width, p.launches[0].template) == (8, (4, 1, 4))
     p = rows_plan(256, 4, 4)  # 2 packs per lane: 2 rows per group keep 64 bytes in flight
     assert (p.width, p.launches[0].template) == (32, (4, 2, 2))
-    p = rows_plan(517, 4, 1)  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
+    p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
     assert (p.width, p.launches[0].template) == (32, (1, 32, 1))
-    p = rows_plan(1024, 2, 8)
+    p = rows_plan(1024, 2, 8, method="registers")
     assert (p.width, p.launches[0].template) == (32, (8, 4, 1))
     big = rows_plan(32, 4, 4, rows=2**30)
     assert big.launches[0].grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES

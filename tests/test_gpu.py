@@ -67,7 +67,8 @@ def test_widths_around_every_threshold(dtype):
     top, ctop = block_top(dtype), cluster_top(dtype)
     wide = _dispatch.REGISTERS_MAX_LANES * _dispatch.REGISTERS_WIDE_VALUES
     between = _dispatch.CLUSTER_MIN_BYTES // np.dtype(dtype).itemsize
-    widths = {1, 2, 3, 31, 32, 33, 517, 1023, 1024, 1025, 2047, 2048, 2049, wide - 1, wide, wide + 1,
+    widths = {1, 2, 3, 31, 32, 33, 511, 512, 513, 517, 1023, 1024, 1025, 2047, 2048, 2049,
+              wide - 1, wide, wide + 1,
               between - 1, between, between + 1, 65537, top - 1, top, top + 1}
     widths |= {ctop - 1, ctop, ctop + 1} if ctop else set()
     for cols in sorted(widths):
