@@ -157,7 +157,7 @@ def device_limits(device_id: int) -> Limits:
 
 @dataclass(frozen=True)
 class Launch:
-    kernel: str  # name in kernels/, e.g. "softmax_warp"
+    kernel: str  # name in kernels/, e.g. "softmax_registers"
     template: tuple[int, ...]  # template arguments after the element type
     grid: int
     block: int
@@ -171,7 +171,7 @@ class Plan:
     launches: tuple[Launch, ...]
     chunk: int = 0  # online, columns: elements of the reduced axis per chunk
     chunks: int = 0  # online, columns: chunks per slice
-    width: int = 0  # warp: lanes per row
+    width: int = 0  # registers, tiles: lanes per row
 
 
 def _pow2_at_least(v: int) -> int:
@@ -217,13 +217,29 @@ def fits_block(cols: int, itemsize: int, vec: int, limits: Limits) -> bool:
     return BLOCK_SCRATCH + _padded_bytes(cols, itemsize, vec) <= limits.smem_per_block
 
 
+def _short_width(packs):
+    """Lanes per short row (at most a warp): a power of two, about one pack each."""
+    return min(32, _pow2_at_least(packs))
+
+
+def _looped_grid(rows, rows_per_block, block, limits):
+    """Blocks for kernels whose units loop over rows: at most WARP_WAVES full residencies."""
+    resident = limits.sm_count * (2048 // block) * WARP_WAVES
+    return min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
+
+
+def _slice_bytes(cols, itemsize, vec, size):
+    """Bytes of one block's slice when a row is cut over `size` blocks (whole packs)."""
+    return math.ceil(math.ceil(cols / vec) / size) * vec * itemsize
+
+
 def _registers_shape(cols, vec):
     """(lanes per row, packs per lane, rows per lane group: None for short rows, still to
     choose; 0 for rows of several warps), or None when the row does not fit
     REGISTERS_MAX_LANES lanes of REGISTERS_MAX_PER_LANE values."""
     packs = math.ceil(cols / vec)
     if cols <= SHORT_COLS:
-        width = min(32, _pow2_at_least(packs))
+        width = _short_width(packs)
         per_lane = _pow2_at_least(math.ceil(packs / width))
         return width, per_lane, None
     per_lane = REGISTERS_WIDE_VALUES // vec
@@ -239,9 +255,7 @@ def _registers(rows, cols, itemsize, vec, limits) -> Plan:
                and 2 * batch * per_lane * vec <= REGISTERS_MAX_PER_LANE):
             batch *= 2
     block = max(WARP_BLOCK, width)
-    rows_per_block = block // width * max(1, batch)
-    resident = limits.sm_count * (2048 // block) * WARP_WAVES
-    grid = min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
+    grid = _looped_grid(rows, block // width * max(1, batch), block, limits)
     launch = Launch("softmax_registers", (vec, per_lane, batch), grid, block)
     return Plan("registers", vec, (launch,), width=width)
 
@@ -249,16 +263,14 @@ def _registers(rows, cols, itemsize, vec, limits) -> Plan:
 def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
     """Plan for the tiles kernel, or None when one row per lane group does not fit."""
     packs = math.ceil(cols / vec)
-    width = min(32, _pow2_at_least(packs))
+    width = _short_width(packs)
     group_bytes = 32 // width * packs * vec * itemsize  # one row per lane group of a warp
     warps = TILES_BLOCK // 32
     batch = max([r for r in TILES_ROWS if r * group_bytes <= TILES_WARP_BYTES], default=1)
     smem = warps * batch * group_bytes
     if smem > limits.smem_per_block:
         return None
-    rows_per_block = warps * 32 // width * batch
-    resident = limits.sm_count * (2048 // TILES_BLOCK) * WARP_WAVES
-    grid = min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
+    grid = _looped_grid(rows, warps * 32 // width * batch, TILES_BLOCK, limits)
     launch = Launch("softmax_tiles", (vec, batch), grid, TILES_BLOCK, smem)
     return Plan("tiles", vec, (launch,), width=width)
 
@@ -278,8 +290,7 @@ def _cluster_size(cols, itemsize, vec, limits):
     """The cluster size for this row, or None when no cluster holds it."""
     if not limits.clusters:
         return None
-    packs = math.ceil(cols / vec)
-    slices = {size: math.ceil(packs / size) * vec * itemsize for size in CLUSTER_SIZES
+    slices = {size: _slice_bytes(cols, itemsize, vec, size) for size in CLUSTER_SIZES
               if size <= limits.max_cluster}
     for size, nbytes in slices.items():
         if nbytes <= CLUSTER_SLICE_BYTES:
@@ -291,7 +302,7 @@ def _cluster_size(cols, itemsize, vec, limits):
 
 
 def _cluster(rows, cols, itemsize, vec, size) -> Plan:
-    slice_bytes = math.ceil(math.ceil(cols / vec) / size) * vec * itemsize
+    slice_bytes = _slice_bytes(cols, itemsize, vec, size)
     grid = min(MAX_GRID // size, rows) * size
     launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes),
                     BLOCK_SCRATCH + slice_bytes)
