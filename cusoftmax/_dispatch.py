@@ -11,13 +11,16 @@ Read top-down, the choice is::
     CLUSTER_SIZES blocks)                          -> "cluster"   row cut over a thread-block
                                                                   cluster, 1 read + 1 write
     rows that fit one block (GPUs without clusters)-> "block"
-    any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1 write
+    any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1
+                                                                  write (the second may hit L2)
     a strided reduced axis, inner run >= COLUMNS_MIN_INNER
                                                    -> "columns"   (m, d) per chunk of the axis,
                                                                   2 reads + 1 write, no transpose
     a strided reduced axis, short inner run        -> contiguous copy, then the row policy
 
-A forced ``method`` skips the choice; a method that cannot run on the input (a row too long for
+Forced only (not yet faster than the choice above where measured): "grid", a row cut into
+chunks held by groups of blocks across the GPU, 1 read + 1 write. A forced ``method`` skips the
+choice; a method that cannot run on the input (a row too long for
 registers or shared memory, clusters on a GPU without them) raises ``ValueError`` naming the
 limit. Beside every number: the measurement that chose it (BENCHMARKS.md has the runs), or
 "none yet" where it is a first value.
@@ -29,7 +32,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-METHODS = ("registers", "tiles", "block", "cluster", "online", "columns")
+METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns")
 
 # Register-resident rows: at most REGISTERS_MAX_PER_LANE values of the compute type per lane and
 # at most REGISTERS_MAX_LANES lanes (one block) per row. Evidence: register budget (32 values +
@@ -89,31 +92,58 @@ PORTABLE_CLUSTER = 8
 CLUSTER_SLICE_BYTES = 64 * 1024
 CLUSTER_MIN_BYTES = 64 * 1024
 
+# Rows spread over the GPU ("grid", forced only): chunks of at least GRID_MIN_CHUNK_BYTES, at
+# most one chunk per SM (so a group of `chunks` blocks is resident wherever one block per SM
+# is), each block holding two chunks (its chunk of the next row loads while it waits for the
+# current row). Evidence, H200, 2026-11-30 (third session), fraction of copy, never ahead of
+# cluster or online: blocks taking (row, chunk) tickets one chunk at a time (run 2), chunks of
+# 16 / 32 / 64 KiB: rows of 65536 float32 0.60 / 0.61 / 0.67 (cluster 0.82), 2**20 0.52 / 0.54
+# / 0.54 (online 0.57), bfloat16 2**20 0.44 / 0.50 / 0.51 (online 0.44, cluster 0.48); tickets
+# with two chunks a block (run 3): 65536 float32 0.58, 2**20 0.26 (a row's chunks are taken
+# one block at a time, so its first blocks wait for its last); groups of `chunks` blocks moving
+# from row to row together, as now (run 4): float32 32768 .. 2**20 0.49 .. 0.52 (cluster 0.86
+# .. 0.55, online 0.46 .. 0.58), bfloat16 0.44 .. 0.46, 2**22 0.34 (online 0.43).
+GRID_MIN_CHUNK_BYTES = 32 * 1024
+GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ptxas, sm_90: 528)
+GRID_BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
+
+# The two-pass kernels (online rows, columns) run in one launch, one resident wave of blocks
+# taking (line, chunk) items from a ticket counter (kernels/common.cuh), lines grouped so that a
+# group has at least TWO_PASS_GROUP_WAVES waves of items (a write item rarely waits for its
+# line's reads). Evidence: H200, 2026-11-30 (third session, run 1): groups of one 4 MiB row
+# (64 items against 264 resident blocks) ran rows of 2**20 float32 at 0.22 of copy, groups of
+# 3 rows at 0.42.
+TWO_PASS_GROUP_WAVES = 2
+
 # Online rows: chunk length from the row length alone (never from the batch), at least
 # ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
-# 2026-11-30: 16 Ki-element chunks (one batch of loads per thread, then a block merge) ran rows
-# of 65 Ki..1 Mi at 0.38 of copy (float32) and 0.16 (bfloat16); 64 Ki chunks: 0.55 and 0.22
-# (0.41 for bfloat16 once its stores were whole 16-byte stores).
+# 2026-11-30 (third session), one row of 2**24 / 2**27 float32: run 1 (a fence in every
+# thread), chunks of 8 Ki elements 0.30 / 0.50 of copy, 16 Ki 0.43 / 0.50, 64 Ki 0.50 / 0.56;
+# run 2, 64 Ki 0.51 / 0.56, 128 Ki 0.47 / 0.58 (rows of 2**22: 0.57 / 0.60, of 2**20: 0.57 /
+# 0.56).
 ONLINE_MIN_CHUNK = 64 * 1024
 ONLINE_MAX_CHUNKS = 4096
 ONLINE_THREADS = 512
 
-# Strided reduced axis: the columns kernels need enough contiguous inner elements to coalesce;
+# Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
 # below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (32 float32 keep
-# whole 32-byte sectors per access). The reduced axis is cut into chunks of at least
-# COLUMNS_MIN_CHUNK steps, at most COLUMNS_MAX_CHUNKS of them, from n alone: enough threads
-# (inner packs x chunks) to fill the GPU when the inner axis is only a few thousand wide. The
-# partials cost 16 bytes per chunk per column: at most a quarter byte per element.
+# whole 32-byte sectors per access). A block reads strips of COLUMNS_STRIP_COLS columns of the
+# inner axis (fewer when the inner axis is narrower) at COLUMNS_THREADS / (packs per strip) steps
+# at once. The reduced axis is cut into chunks of at least COLUMNS_MIN_CHUNK steps, at most
+# COLUMNS_MAX_CHUNKS of them, from n alone; the partials cost 16 bytes per chunk per column.
+# Evidence: H200, 2026-11-30 (third session, runs 2 to 4), axis 0 of 4096 x 16384 and
+# 16384 x 4096, fraction of copy, strips of 512 / 1024 / 2048 bytes: float32 0.46 / 0.54 / 0.49
+# and 0.41 / 0.46 / 0.41, bfloat16 0.25 / 0.22 / 0.19 and 0.23 / 0.16-0.18 / 0.15; so 256
+# columns (1024 bytes of float32, 512 of bfloat16). COLUMNS_MIN_CHUNK: a first value for the
+# one-launch kernel (at most 1/16 byte of partials per element), not compared.
 COLUMNS_MIN_INNER = 32
-COLUMNS_MIN_CHUNK = 64
+COLUMNS_STRIP_COLS = 256
+COLUMNS_MIN_CHUNK = 256
 COLUMNS_MAX_CHUNKS = 64
-COLUMNS_THREADS = 256
-# At most 4 elements per thread per step (16 bytes of float32, 8 of half types). Evidence: H200,
-# 2026-11-30, axis 0 of 4096 x 16384 and 16384 x 4096: with 16-byte packs and 256-step chunks
-# bfloat16 ran 128 blocks of 256 threads (12% occupancy, 0.15-0.19 of copy); with 8-byte packs
-# for every dtype and chunks down to 64 steps (up to 256 of them) float32 fell from 0.53 / 0.48
-# to 0.46 / 0.35 while bfloat16 rose to 0.27 / 0.20; 4-element packs and at most 64 chunks:
-# float32 0.49 / 0.48, bfloat16 0.27 / 0.22.
+COLUMNS_THREADS = 256  # COLUMNS_MAX_THREADS in kernels/softmax_columns.cu
+# At most 4 elements per thread per step (16 bytes of float32, 8 of half types). Evidence: ptxas
+# (sm_90, 3 blocks of 256 threads per SM: 80 registers): 8 bfloat16 columns per thread spill
+# 68 bytes, 4 spill 8.
 COLUMNS_MAX_VEC = 4
 
 MAX_GRID = 2**31 - 1
@@ -126,6 +156,7 @@ class Limits:
     sm_count: int
     smem_per_block: int  # opt-in dynamic shared memory per block, bytes
     capability: tuple[int, int]
+    smem_per_sm: int  # shared memory per SM, bytes
 
     @property
     def clusters(self) -> bool:
@@ -152,6 +183,7 @@ def device_limits(device_id: int) -> Limits:
         sm_count=attrs["MultiProcessorCount"],
         smem_per_block=attrs["MaxSharedMemoryPerBlockOptin"],
         capability=(major, minor),
+        smem_per_sm=attrs["MaxSharedMemoryPerMultiprocessor"],
     )
 
 
@@ -170,8 +202,10 @@ class Plan:
     vec: int  # elements per vector access
     launches: tuple[Launch, ...]
     chunk: int = 0  # online, columns: elements of the reduced axis per chunk
-    chunks: int = 0  # online, columns: chunks per slice
-    width: int = 0  # registers, tiles: lanes per row
+    chunks: int = 0  # online, columns: chunks per line
+    width: int = 0  # registers, tiles: lanes per row; columns: packs per strip
+    per_group: int = 0  # online, columns: lines per group
+    lines: int = 0  # grid, online, columns: rows or strips (the workspace's size)
 
 
 def _pow2_at_least(v: int) -> int:
@@ -200,13 +234,14 @@ def templates(itemsize: int, clusters: bool = True):
             per_lane *= 2
         for rows in TILES_ROWS:
             yield "softmax_tiles", (vec, rows)
-        for kernel in ("softmax_block", "online_partials", "online_finish", "columns_partials",
-                       "columns_finish"):
-            yield kernel, (vec,)
+        yield "softmax_block", (vec,)
+        yield "softmax_grid", (vec,)
+        yield "softmax_online", (vec,)
+        if vec <= COLUMNS_MAX_VEC:
+            yield "softmax_columns", (vec,)
         if clusters:
             for size in CLUSTER_SIZES:
                 yield "softmax_cluster", (vec, size)
-    yield "columns_merge", ()
 
 
 def _padded_bytes(cols, itemsize, vec):
@@ -309,43 +344,56 @@ def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     return Plan("cluster", vec, (launch,))
 
 
-def _online(rows, cols, vec) -> Plan:
+def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, limits, width=0) -> Plan:
+    """One launch of a two-pass kernel over `lines` lines of `chunks` chunks."""
+    resident = limits.sm_count * (2048 // threads)
+    per_group = min(lines, math.ceil(TWO_PASS_GROUP_WAVES * resident / chunks))
+    grid = min(MAX_GRID, resident, 2 * lines * chunks)
+    launch = Launch(kernel, (vec,), grid, threads)
+    return Plan(method, vec, (launch,), chunk=chunk, chunks=chunks, width=width,
+                per_group=per_group, lines=lines)
+
+
+def workspace_bytes(plan: Plan) -> tuple[int, int]:
+    """(bytes of a two-pass kernel's workspace, bytes at its start to zero before the launch):
+    the ticket counter and per-line counts, then (m, d) statistics per line and partials per
+    chunk (the layout of `Workspace` in kernels/common.cuh)."""
+    values = plan.width * plan.vec if plan.method == "columns" else 1
+    head = 8 + (4 * plan.lines + 7) // 8 * 8
+    return head + 16 * plan.lines * values * (1 + plan.chunks), head
+
+
+def _grid_rows(rows, cols, itemsize, vec, limits) -> Plan | None:
+    """Plan for the grid kernel, or None when a chunk per SM does not fit a block."""
+    packs = math.ceil(cols / vec)
+    per = max(math.ceil(GRID_MIN_CHUNK_BYTES / (vec * itemsize)), math.ceil(packs / limits.sm_count))
+    smem = BLOCK_SCRATCH + 2 * per * vec * itemsize  # two chunks
+    if smem + GRID_STATIC_BYTES > limits.smem_per_block:
+        return None
+    chunks = math.ceil(packs / per)
+    threads = _threads_for(per * vec * itemsize)
+    per_sm = min(2048 // threads, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + GRID_BLOCK_RESERVED))
+    groups = min(limits.sm_count * max(1, per_sm) // chunks, rows)  # _kernels caps it at residency
+    grid = groups * chunks
+    launch = Launch("softmax_grid", (vec,), grid, threads, smem)
+    return Plan("grid", vec, (launch,), chunk=per * vec, chunks=chunks, lines=rows)
+
+
+def _online(rows, cols, vec, limits) -> Plan:
     chunk = max(ONLINE_MIN_CHUNK, math.ceil(cols / ONLINE_MAX_CHUNKS))
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(cols / chunk)
-    grid = min(MAX_GRID, rows * chunks)
-    return Plan(
-        "online",
-        vec,
-        (
-            Launch("online_partials", (vec,), grid, ONLINE_THREADS),
-            Launch("online_finish", (vec,), grid, ONLINE_THREADS),
-        ),
-        chunk=chunk,
-        chunks=chunks,
-    )
+    return _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS, limits)
 
 
-def _grid(threads_needed, block):
-    return min(MAX_GRID, math.ceil(threads_needed / block))
-
-
-def _columns(outer, n, inner, vec) -> Plan:
+def _columns(outer, n, inner, vec, limits) -> Plan:
+    width = min(max(1, COLUMNS_STRIP_COLS // vec), COLUMNS_THREADS,
+                _pow2_at_least(math.ceil(inner / vec)))
+    strips = math.ceil(inner / (width * vec))
     chunk = max(COLUMNS_MIN_CHUNK, math.ceil(n / COLUMNS_MAX_CHUNKS))
     chunks = math.ceil(n / chunk)
-    walkers = _grid(outer * chunks * math.ceil(inner / vec), COLUMNS_THREADS)
-    merge = _grid(outer * inner, COLUMNS_THREADS)
-    return Plan(
-        "columns",
-        vec,
-        (
-            Launch("columns_partials", (vec,), walkers, COLUMNS_THREADS),
-            Launch("columns_merge", (), merge, COLUMNS_THREADS),
-            Launch("columns_finish", (vec,), walkers, COLUMNS_THREADS),
-        ),
-        chunk=chunk,
-        chunks=chunks,
-    )
+    return _two_pass("softmax_columns", "columns", vec, outer * strips, chunk, chunks,
+                     COLUMNS_THREADS, limits, width=width)
 
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
@@ -368,14 +416,24 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
         return plan
     size = _cluster_size(cols, itemsize, vec, limits)
     one_block = fits_block(cols, itemsize, vec, limits)
+    row_bytes = _padded_bytes(cols, itemsize, vec)
     if method == "block" or (method is None and one_block and (
-            size is None or _padded_bytes(cols, itemsize, vec) <= CLUSTER_MIN_BYTES)):
+            size is None or row_bytes <= CLUSTER_MIN_BYTES)):
         if not one_block:
             raise ValueError(
                 f"method='block' needs the row in shared memory: {cols} elements of {itemsize} "
                 f"bytes exceed the device's {limits.smem_per_block} bytes per block"
             )
         return _block(rows, cols, itemsize, vec)
+    if method == "grid":
+        spread = _grid_rows(rows, cols, itemsize, vec, limits)
+        if spread is None:
+            raise ValueError(
+                f"method='grid' holds a row in at most one chunk per SM ({limits.sm_count} SMs, "
+                f"{limits.smem_per_block} bytes of shared memory each): {cols} elements of "
+                f"{itemsize} bytes do not fit"
+            )
+        return spread
     if method == "cluster" or (method is None and size is not None):
         if size is None:
             raise ValueError(
@@ -384,7 +442,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"shared memory ({limits.smem_per_block} bytes each)"
             )
         return _cluster(rows, cols, itemsize, vec, size)
-    return _online(rows, cols, vec)
+    return _online(rows, cols, vec, limits)
 
 
 def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan | None:
@@ -399,7 +457,7 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
         if method is None and layout.inner < COLUMNS_MIN_INNER:
             return None
         vec = min(vector_width(itemsize, addresses, layout.xs + layout.ys), COLUMNS_MAX_VEC)
-        return _columns(layout.outer, layout.n, layout.inner, vec)
+        return _columns(layout.outer, layout.n, layout.inner, vec, limits)
     if not layout.rows:
         return None
     vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,11 +14,9 @@ FILES = {
     "softmax_tiles": "softmax_fused.cu",
     "softmax_block": "softmax_fused.cu",
     "softmax_cluster": "softmax_fused.cu",
-    "online_partials": "softmax_online.cu",
-    "online_finish": "softmax_online.cu",
-    "columns_partials": "softmax_columns.cu",
-    "columns_merge": "softmax_columns.cu",
-    "columns_finish": "softmax_columns.cu",
+    "softmax_grid": "softmax_fused.cu",
+    "softmax_online": "softmax_online.cu",
+    "softmax_columns": "softmax_columns.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 OPTIONS = ("-std=c++17",)
@@ -64,8 +63,8 @@ _NON_PORTABLE_CLUSTER = 14
 
 
 def _bound(launch, dtype_name, device_id):
-    """(function, grid, block, shared bytes) with the function's shared-memory limit raised and,
-    for clusters past the portable size, non-portable sizes allowed."""
+    """The function of one launch, with its shared-memory limit raised and, for clusters past
+    the portable size, non-portable sizes allowed."""
     from ._dispatch import PORTABLE_CLUSTER
 
     fn = function(launch.kernel, dtype_name, launch.template, device_id)
@@ -75,46 +74,98 @@ def _bound(launch, dtype_name, device_id):
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER, 1)
-    return fn, (launch.grid,), (launch.block,), launch.smem
+    return fn
+
+
+def _launcher(launch, fn, pointers: int, tail, cooperative=False):
+    """``go(*ptrs)``: launches ``fn`` on the current stream through the driver, with ``pointers``
+    device addresses followed by the fixed integer arguments ``tail``. Every argument has an
+    8-byte slot (an int parameter reads the low 4 bytes, little-endian), packed once per thread;
+    a call writes only the addresses. This costs about the driver's launch alone, where a
+    RawKernel call converts each argument again (tools/host_launch.py measures both).
+    ``cooperative``: every block resident at once, or the launch fails."""
+    import ctypes
+
+    import cupy
+    from cupy_backends.cuda.api import driver
+
+    ptr, grid, block, smem = fn.kernel.ptr, launch.grid, launch.block, launch.smem
+    current_stream = cupy.cuda.get_current_stream
+    launch_kernel = driver.launchCooperativeKernel if cooperative else driver.launchKernel
+    extra = () if cooperative else (0,)  # the cooperative launch takes no `extra`
+    n = pointers + len(tail)
+    per_thread = threading.local()  # a slot buffer is written and read by one launch at a time
+
+    def slots():
+        buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail))
+        base = ctypes.addressof(buf)
+        params = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
+        per_thread.buf = (buf, params, ctypes.addressof(params))
+        return per_thread.buf
+
+    def go(*ptrs):
+        buf, _, params = getattr(per_thread, "buf", None) or slots()
+        buf[:pointers] = ptrs
+        launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
+
+    return go
+
+
+def _resident_grid(launch, fn, plan, device_id):
+    """The grid kernel's launch with its grid cut to whole groups of `chunks` blocks resident at
+    once on this device (the occupancy the driver reports for this function, block size and
+    shared memory)."""
+    import dataclasses
+
+    from cupy_backends.cuda.api import driver
+
+    from ._dispatch import device_limits
+
+    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, launch.block, launch.smem)
+    resident = per_sm * device_limits(device_id).sm_count
+    if resident < plan.chunks:
+        raise RuntimeError(
+            f"method='grid' needs {plan.chunks} resident blocks for a row; this device holds "
+            f"{resident} of {launch.block} threads and {launch.smem} bytes of shared memory"
+        )
+    groups = min(resident // plan.chunks, plan.lines)  # blocks in whole groups of `chunks`
+    return dataclasses.replace(launch, grid=groups * plan.chunks)
 
 
 @lru_cache(maxsize=1024)
 def bind(plan, layout, dtype_name: str, device_id: int):
     """A callable ``run(x, y)`` that launches ``plan`` on CuPy arrays seen through ``layout``,
-    on the current stream. Everything but the two arrays is prepared here, once."""
+    on the current stream. Everything but the two arrays' addresses is prepared here, once."""
     import cupy
 
-    i64 = np.int64
-    outer, n, inner = i64(layout.outer), i64(layout.n), i64(layout.inner)
-    (xso, xsn), (yso, ysn) = (tuple(map(i64, s)) for s in (layout.xs, layout.ys))
-    chunk, chunks = i64(plan.chunk), i64(plan.chunks)
-    k = [_bound(l, dtype_name, device_id) for l in plan.launches]
-
+    (launch,) = plan.launches
+    fn = _bound(launch, dtype_name, device_id)
+    outer, n, inner = layout.outer, layout.n, layout.inner
+    (xso, xsn), (yso, ysn) = layout.xs, layout.ys
     if plan.method in ("registers", "tiles"):
-        (f, g, b, sm), tail = k[0], (outer, n, xso, yso, np.int32(plan.width))
-        return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
-    if plan.method in ("block", "cluster"):
-        (f, g, b, sm), tail = k[0], (outer, n, xso, yso)
-        return lambda x, y: f(g, b, (x, y) + tail, shared_mem=sm)
-    if plan.method == "online":
-        words = 2 * layout.outer * plan.chunks
+        go = _launcher(launch, fn, 2, (outer, n, xso, yso, plan.width))
+    elif plan.method in ("block", "cluster"):
+        go = _launcher(launch, fn, 2, (outer, n, xso, yso))
+    elif plan.method in ("grid", "online", "columns"):
+        from ._dispatch import workspace_bytes
 
-        def run_online(x, y):
-            part = cupy.empty(words, dtype=np.float64)
-            (f0, g0, b0, _), (f1, g1, b1, _) = k
-            f0(g0, b0, (x, outer, n, xso, chunk, chunks, part))
-            f1(g1, b1, (x, y, outer, n, xso, yso, chunk, chunks, part))
+        nbytes, zeroed = workspace_bytes(plan)
+        if plan.method == "grid":
+            launch = _resident_grid(launch, fn, plan, device_id)
+            tail = (outer, n, xso, yso, plan.chunk, plan.chunks)
+        elif plan.method == "online":
+            tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group)
+        else:
+            tail = (outer, n, inner, xso, xsn, yso, ysn, plan.chunk, plan.chunks, plan.per_group,
+                    plan.width)
+        go = _launcher(launch, fn, 3, tail, cooperative=plan.method == "grid")  # x, y, workspace
 
-        return run_online
-    if plan.method == "columns":
-        words = 2 * layout.outer * plan.chunks * layout.inner
+        def run_two_pass(x, y):
+            work = cupy.empty(nbytes, dtype=np.uint8)
+            cupy.cuda.runtime.memsetAsync(work.data.ptr, 0, zeroed, cupy.cuda.get_current_stream().ptr)
+            go(x.data.ptr, y.data.ptr, work.data.ptr)
 
-        def run_columns(x, y):
-            part = cupy.empty(words, dtype=np.float64)
-            (f0, g0, b0, _), (f1, g1, b1, _), (f2, g2, b2, _) = k
-            f0(g0, b0, (x, outer, n, inner, xso, xsn, chunk, chunks, part))
-            f1(g1, b1, (outer, inner, chunks, part))
-            f2(g2, b2, (x, y, outer, n, inner, xso, xsn, yso, ysn, chunk, chunks, part))
-
-        return run_columns
-    raise AssertionError(plan.method)
+        return run_two_pass
+    else:
+        raise AssertionError(plan.method)
+    return lambda x, y: go(x.data.ptr, y.data.ptr)

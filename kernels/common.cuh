@@ -281,12 +281,17 @@ __device__ inline Pack<T, V> load_row_bits(const T* row, long long c, long long 
     return p;
 }
 
-// The same pack, converted to the compute type.
+// A pack converted to the compute type.
 template <typename T, int V, typename C>
-__device__ inline void load_row_pack(const T* row, long long c, long long cols, C fill, C (&out)[V]) {
-    const Pack<T, V> p = load_row_bits<T, V>(row, c, cols, fill);
+__device__ inline void unpack(const Pack<T, V>& p, C (&out)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = Traits<T>::in(p.v[j]);
+}
+
+// The pack at column c, converted to the compute type.
+template <typename T, int V, typename C>
+__device__ inline void load_row_pack(const T* row, long long c, long long cols, C fill, C (&out)[V]) {
+    unpack(load_row_bits<T, V>(row, c, cols, fill), out);
 }
 
 template <typename T, int V, typename C>
@@ -297,6 +302,124 @@ __device__ inline void store_row_pack(T* row, long long c, long long cols, const
 #pragma unroll
         for (int j = 0; j < V; ++j)
             if (c + j < cols) bits(row)[c + j] = Traits<T>::out(in[j]);
+    }
+}
+
+// ---- two-pass work in one launch: line-by-line partials, then the writes, in L2-sized groups.
+// A "line" is what one softmax normaliser covers (a row, or a strip of columns); it is cut into
+// `chunks` chunks, and a block works on one (line, chunk) item at a time. Pass 1 ("read" items)
+// writes each chunk's partials; the block that completes a line's last chunk merges the line's
+// partials in a fixed order into its final statistics; pass 2 ("write" items) waits for those,
+// reads its chunk again and writes it. Lines are taken `per_group` at a time, and the read items
+// of group g + 1 are handed out before the write items of group g: with groups of at least two
+// waves of items a write item rarely waits, and its second read may come from L2. Blocks take items from an atomic ticket counter, so an item is only ever taken by a
+// running block after every item it waits for was taken: any grid size, and any residency,
+// completes.
+struct Schedule {
+    long long lines, chunks, per_group, groups;  // groups = ceil(lines / per_group)
+
+    // Tickets: 2 * groups segments of per_group * chunks items (the last group's segments are
+    // padded; padding items are skipped). Segment order: R0, R1, W0, R2, W1, ..., W(groups-1).
+    __device__ unsigned long long tickets() const {
+        return 2ull * (unsigned long long)(groups * per_group * chunks);
+    }
+    // Ticket t -> (line, chunk, write?); false for a padding item. Write items walk a line's
+    // chunks last first: the most recently read is the likeliest still in L2.
+    __device__ bool item(unsigned long long t, long long& line, long long& chunk, bool& write) const {
+        const long long seg_items = per_group * chunks;
+        const long long k = (long long)(t / seg_items), i = (long long)(t % seg_items);
+        long long g;
+        if (k == 0) { g = 0; write = false; }
+        else if (k == 2 * groups - 1) { g = groups - 1; write = true; }
+        else if (k & 1) { g = (k + 1) / 2; write = false; }
+        else { g = k / 2 - 1; write = true; }
+        line = g * per_group + i / chunks;
+        chunk = i % chunks;
+        if (write) chunk = chunks - 1 - chunk;
+        return line < lines;
+    }
+};
+
+// The workspace, carved from one buffer whose head (the second value of workspace_bytes() in
+// cusoftmax/_dispatch.py) the caller zeroes before the launch: the ticket counter, per line the count of its chunks done (chunks + 1 once
+// merged), then `width` (m, d) statistics per line and `width` partials per (line, chunk).
+struct Workspace {
+    unsigned long long* ticket;
+    unsigned* count;
+    double* stats;  // [line][width][2]
+    double* part;   // [line][chunk][width][2]
+    __device__ Workspace(void* base, long long lines, long long width) {
+        char* p = static_cast<char*>(base);
+        ticket = reinterpret_cast<unsigned long long*>(p);
+        count = reinterpret_cast<unsigned*>(p + 8);
+        stats = reinterpret_cast<double*>(p + 8 + (4 * lines + 7) / 8 * 8);
+        part = stats + 2 * lines * width;
+    }
+};
+
+// Tickets: thread 0 fetches the block's next ticket while the block works on the current item
+// (prefetch_ticket, whose result is used only at the hand-over), then hands it to every thread.
+__device__ inline unsigned long long prefetch_ticket(unsigned long long* counter) {
+    return threadIdx.x == 0 ? atomicAdd(counter, 1ull) : 0ull;
+}
+__device__ inline unsigned long long hand_over(unsigned long long next, unsigned long long* slot) {
+    if (threadIdx.x == 0) *slot = next;
+    __syncthreads();
+    const unsigned long long t = *slot;
+    __syncthreads();  // every thread has read the slot before it is written again
+    return t;
+}
+
+__device__ inline unsigned load_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// After this block wrote a chunk's partials (`wrote`: this thread wrote some): counts the chunk;
+// true (for the whole block) when it was the line's last, so this block merges the line.
+// `flag`: one int of shared memory. Only writers fence: a fence waits for all of the thread's
+// earlier stores (in a write item, its whole chunk's).
+__device__ inline bool chunk_done(unsigned* count, long long chunks, int* flag, bool wrote) {
+    if (wrote) __threadfence();  // the partials before the count
+    __syncthreads();
+    if (threadIdx.x == 0) *flag = atomicAdd(count, 1u) == unsigned(chunks - 1);
+    __syncthreads();
+    const bool last = *flag;
+    if (last) __threadfence();  // every other block's partials are seen after this (rare)
+    return last;
+}
+
+// After the merging block wrote a line's statistics (every thread may have): releases the
+// line's write items.
+__device__ inline void line_merged(unsigned* count) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(count, 1u);
+}
+
+// Waits until `count` reaches `target`: thread 0 polls with acquire loads, then a barrier hands
+// the ordering to the block.
+__device__ inline void wait_count(const unsigned* count, unsigned target) {
+    if (threadIdx.x == 0)
+        while (load_acquire(count) < target) __nanosleep(100);
+    __syncthreads();
+}
+
+// (m, d) pairs in the workspace: written and read through L2 (other blocks read them).
+template <typename C> __device__ inline void put_md(double* p, const MD<C>& s) {
+    __stcg(p, double(s.m));
+    __stcg(p + 1, s.d);
+}
+template <typename C> __device__ inline MD<C> get_md(const double* p) {
+    return MD<C>{C(__ldcg(p)), __ldcg(p + 1)};
+}
+// Thread 0 publishes this block's (m, d) of a chunk and counts it, without waiting for the count.
+template <typename C> __device__ inline void publish_chunk(double* p, const MD<C>& s, unsigned* count) {
+    if (threadIdx.x == 0) {
+        put_md(p, s);
+        __threadfence();
+        atomicAdd(count, 1u);
     }
 }
 

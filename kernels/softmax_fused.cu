@@ -16,6 +16,13 @@
 //                           per block of a thread-block cluster; the blocks combine their max and
 //                           then their sum through distributed shared memory, and each writes
 //                           its slice. Rows up to CL times a block's shared memory.
+//   softmax_grid<T, V>      the row cut into `chunks` chunks of `chunk` elements held by a
+//                           group of `chunks` blocks anywhere on the GPU (all resident at once:
+//                           a cooperative launch): each block stages its chunk, publishes the
+//                           chunk's (m, d) in global memory, waits for the group's other chunks,
+//                           merges them and writes its chunk, with its chunk of the next row
+//                           already loading. Rows up to (resident blocks) x (half a block's
+//                           shared memory), on any GPU.
 //
 // Here m is the row's final max, so plain exp(x - m) already follows SciPy: padding and -inf
 // entries give 0, and a row whose max is -inf, +inf or whose sum is NaN comes out all NaN.
@@ -235,5 +242,45 @@ __global__ void __cluster_dims__(CL, 1, 1)
                          cluster_rank<CL>());
 }
 #endif
+
+// Blocks form groups of `chunks`, all resident at once (a cooperative launch); group g takes
+// rows g, g + groups, ..., and block c of a group chunk c of each. A block publishes its chunk's
+// (m, d), starts staging its chunk of the group's next row, then waits for the group's other
+// chunks of this row, merges them and writes its chunk. Every block publishes before it waits,
+// so every wait ends; the group's blocks move from row to row together.
+template <typename T, int V>
+__global__ void __launch_bounds__(1024)
+    softmax_grid(const T* x, T* y, void* work, long long rows, long long cols, long long ldx,
+                 long long ldy, long long chunk, long long chunks) {
+    using C = compute_t<T>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    acc_t* scratch = reinterpret_cast<acc_t*>(smem);
+    C* cscratch = reinterpret_cast<C*>(smem);
+    __shared__ MD<C> merged[32];
+    const Workspace ws(work, rows, 1);
+    const long long groups = gridDim.x / chunks, c = blockIdx.x % chunks, k0 = c * (chunk / V);
+    if (blockIdx.x >= groups * chunks) return;  // a whole block, before any barrier
+    const long long packs = (cols + V - 1) / V, left = cols - k0 * V;
+    T* const buffers = reinterpret_cast<T*>(smem + FUSED_SCRATCH);  // two chunks
+    const int count = int(min(packs, k0 + chunk / V) - k0);
+    const Staged<T, V> st[2] = {{buffers, int(threadIdx.x), int(blockDim.x), count},
+                                {buffers + chunk, int(threadIdx.x), int(blockDim.x), count}};
+    long long row = blockIdx.x / chunks;
+    if (row < rows) st[0].load(x + row * ldx + k0 * V, left);  // one DRAM read per element
+    for (int b = 0; row < rows; b ^= 1, row += groups) {
+        copy_wait();
+        const C m = block_reduce(st[b].max(), cscratch, MaxOp());
+        // The chunk's sum against its own max (a chunk of only -inf adds (-inf, 0)).
+        const acc_t d = block_reduce(acc_t(st[b].sum(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
+        double* row_part = ws.part + 2 * row * chunks;
+        publish_chunk(row_part + 2 * c, MD<C>{m, d}, ws.count + row);
+        if (row + groups < rows) st[b ^ 1].load(x + (row + groups) * ldx + k0 * V, left);
+        wait_count(ws.count + row, unsigned(chunks));
+        MD<C> s = MD<C>::identity();  // the row's chunks, in a fixed order
+        for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(row_part + 2 * k));
+        s = block_merge(s, merged);
+        st[b].write(y + row * ldy + k0 * V, left, s.m, scale_of(s.d, C()));
+    }
+}
 
 }  // namespace csm

@@ -1,16 +1,18 @@
-// Online tiled softmax for rows too long to hold on chip, any length (64-bit offsets).
-// Each row is cut into `chunks` chunks of `chunk` elements (chunk a multiple of V); one block
-// works on one (row, chunk) at a time. Two launches:
+// Online softmax for rows too long to hold on chip, any length (64-bit offsets), in one launch.
+// Each row is a line of the two-pass schedule in common.cuh, cut into `chunks` chunks of `chunk`
+// elements (chunk a multiple of V):
 //
-//   online_partials<T, V>  reads its chunk once and writes that chunk's (m, d) to `part`
-//                          (rows * chunks pairs of double, a few bytes per chunk).
-//   online_finish<T, V>    merges the row's partials in a fixed order, then reads its chunk
-//                          again and writes exp(x - m) / d.
+//   read item   reads its chunk once and writes the chunk's (m, d) to the workspace; the block
+//               that completes the row's last chunk merges the row's chunks (a fixed order:
+//               strided over the threads, then the block merge).
+//   write item  reads its chunk again (from L2 when the row's group still is there) and writes
+//               exp(x - m) / d.
 //
-// DRAM traffic: 2 reads + 1 write per element; the second read may hit L2, since
-// online_finish walks the chunks in reverse. The chunk length depends on the row length only,
-// never on the number of rows, so a row's bits do not depend on the batch it came in. Padding
-// past the row end loads as -inf and is never stored.
+// DRAM traffic: 1 read + 1 write per element when a group's chunks stay in L2 between the two
+// passes (rows of a few MB at most), 2 reads + 1 write otherwise. The chunk length depends on
+// the row length and the vector width only, never on the number of rows or the grouping, so for
+// the same vector width a row's bits do not depend on the batch it came in. Padding past the
+// row end loads as -inf and is never stored.
 #include "common.cuh"
 
 namespace csm {
@@ -18,76 +20,92 @@ namespace csm {
 // Packs each thread loads before using any: bytes in flight to cover DRAM latency.
 constexpr int ONLINE_BATCH = 4;
 
-// Work item b: chunk b % chunks of row b / chunks, columns [begin, end).
-struct Chunk {
-    long long row, begin, end;
-    __device__ Chunk(long long b, long long chunk, long long chunks, long long cols)
-        : row(b / chunks), begin((b % chunks) * chunk), end(min(cols, (b % chunks) * chunk + chunk)) {}
-};
-
-// This thread's ONLINE_BATCH packs starting at column c0, `step` columns apart.
-template <typename T, int V, typename C>
+// This thread's ONLINE_BATCH packs starting at column c0, `step` columns apart, as bits (half
+// types take half the registers of their float values until used).
+template <typename T, int V>
 __device__ inline void load_batch(const T* row, long long c0, long long step, long long end,
-                                  C (&v)[ONLINE_BATCH][V]) {
+                                  Pack<T, V> (&p)[ONLINE_BATCH]) {
 #pragma unroll
-    for (int b = 0; b < ONLINE_BATCH; ++b) load_row_pack<T, V>(row, c0 + b * step, end, neg_inf<C>(), v[b]);
+    for (int b = 0; b < ONLINE_BATCH; ++b) p[b] = load_row_bits<T, V>(row, c0 + b * step, end, neg_inf<compute_t<T>>());
 }
 
-template <typename T, int V>
-__global__ void online_partials(const T* x, long long rows, long long cols, long long ldx,
-                                long long chunk, long long chunks, double* part) {
+// Calls f(c, v) for each of this thread's packs of columns [begin, end) of a row: c the pack's
+// first column, v its values; ONLINE_BATCH packs are loaded before any is used.
+template <typename T, int V, typename F>
+__device__ inline void walk_chunk(const T* xr, long long begin, long long end, F&& f) {
     using C = compute_t<T>;
-    __shared__ MD<C> scratch[32];
-    for (long long b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
-        const Chunk w(b, chunk, chunks, cols);
-        const T* xr = x + w.row * ldx;
-        MD<C> s = MD<C>::identity();
-        const long long step = (long long)blockDim.x * V;
-        for (long long c0 = w.begin + (long long)threadIdx.x * V; c0 < w.end; c0 += ONLINE_BATCH * step) {
-            C v[ONLINE_BATCH][V];
-            load_batch<T, V>(xr, c0, step, w.end, v);
+    const long long step = (long long)blockDim.x * V;
+    for (long long c0 = begin + (long long)threadIdx.x * V; c0 < end; c0 += ONLINE_BATCH * step) {
+        Pack<T, V> p[ONLINE_BATCH];
+        load_batch<T, V>(xr, c0, step, end, p);
 #pragma unroll
-            for (int b = 0; b < ONLINE_BATCH; ++b) s.push_pack(v[b]);
-        }
-        s = block_merge(s, scratch);
-        if (threadIdx.x == 0) {
-            part[2 * b] = double(s.m);
-            part[2 * b + 1] = s.d;
+        for (int b = 0; b < ONLINE_BATCH; ++b) {
+            C v[V];
+            unpack(p[b], v);
+            f(c0 + b * step, v);
         }
     }
 }
 
+// A read item: the chunk's (m, d) into the workspace; the row's merge when it was its last chunk.
+template <typename T, int V, typename C>
+__device__ inline void online_read(const T* xr, long long begin, long long end, long long c,
+                                   long long chunks, double* row_part, double* row_stats,
+                                   unsigned* row_count, MD<C>* scratch, int* flag) {
+    MD<C> s = MD<C>::identity();
+    walk_chunk<T, V>(xr, begin, end, [&](long long, C(&v)[V]) { s.push_pack(v); });
+    s = block_merge(s, scratch);
+    if (threadIdx.x == 0) put_md(row_part + 2 * c, s);
+    if (!chunk_done(row_count, chunks, flag, threadIdx.x == 0)) return;
+    MD<C> r = MD<C>::identity();  // this block completed the row: merge its chunks in order
+    for (long long k = threadIdx.x; k < chunks; k += blockDim.x) r.merge(get_md<C>(row_part + 2 * k));
+    r = block_merge(r, scratch);
+    if (threadIdx.x == 0) put_md(row_stats, r);
+    line_merged(row_count);
+}
+
+// A write item: once the row is merged, exp(x - m) / d for the chunk.
+template <typename T, int V, typename C>
+__device__ inline void online_write(const T* xr, T* yr, long long begin, long long end,
+                                    long long chunks, const double* row_stats,
+                                    const unsigned* row_count) {
+    wait_count(row_count, unsigned(chunks + 1));  // chunks counted, then merged
+    const MD<C> s = get_md<C>(row_stats);
+    const C scale = scale_of(s.d, C());
+    walk_chunk<T, V>(xr, begin, end, [&](long long c0, C(&v)[V]) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - s.m) * scale;
+        store_row_pack<T, V>(yr, c0, end, v);
+    });
+}
+
+// Blocks of ONLINE_THREADS threads, at least 2 resident per SM (at most 64 registers per thread).
+constexpr int ONLINE_THREADS = 512;
+
 template <typename T, int V>
-__global__ void online_finish(const T* x, T* y, long long rows, long long cols, long long ldx,
-                              long long ldy, long long chunk, long long chunks,
-                              const double* part) {
+__global__ void __launch_bounds__(ONLINE_THREADS, 2) softmax_online(const T* x, T* y, void* work, long long rows, long long cols,
+                               long long ldx, long long ldy, long long chunk, long long chunks,
+                               long long per_group) {
     using C = compute_t<T>;
     __shared__ MD<C> scratch[32];
-    // Last chunk first: online_partials read the chunks in order, so the most recently read
-    // ones (the likeliest still in L2) are read again first.
-    for (long long i = blockIdx.x; i < rows * chunks; i += gridDim.x) {
-        const long long b = rows * chunks - 1 - i;
-        const Chunk w(b, chunk, chunks, cols);
-        MD<C> s = MD<C>::identity();
-        for (long long k = threadIdx.x; k < chunks; k += blockDim.x) {
-            const double* pk = part + 2 * (w.row * chunks + k);
-            s.merge(MD<C>{C(pk[0]), pk[1]});
+    __shared__ unsigned long long slot;
+    __shared__ int flag;
+    const Schedule plan{rows, chunks, per_group, (rows + per_group - 1) / per_group};
+    const Workspace ws(work, rows, 1);
+    for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), &slot); t < plan.tickets();) {
+        const unsigned long long next = prefetch_ticket(ws.ticket);
+        long long row, c;
+        bool write;
+        if (plan.item(t, row, c, write)) {
+            const long long begin = c * chunk, end = min(cols, begin + chunk);
+            if (write)
+                online_write<T, V, C>(x + row * ldx, y + row * ldy, begin, end, chunks,
+                                      ws.stats + 2 * row, ws.count + row);
+            else
+                online_read<T, V, C>(x + row * ldx, begin, end, c, chunks, ws.part + 2 * row * chunks,
+                                     ws.stats + 2 * row, ws.count + row, scratch, &flag);
         }
-        s = block_merge(s, scratch);
-        const C scale = scale_of(s.d, C());
-        const T* xr = x + w.row * ldx;
-        T* yr = y + w.row * ldy;
-        const long long step = (long long)blockDim.x * V;
-        for (long long c0 = w.begin + (long long)threadIdx.x * V; c0 < w.end; c0 += ONLINE_BATCH * step) {
-            C v[ONLINE_BATCH][V];
-            load_batch<T, V>(xr, c0, step, w.end, v);
-#pragma unroll
-            for (int b = 0; b < ONLINE_BATCH; ++b) {
-#pragma unroll
-                for (int j = 0; j < V; ++j) v[b][j] = fast_exp(v[b][j] - s.m) * scale;
-                store_row_pack<T, V>(yr, c0 + b * step, w.end, v[b]);
-            }
-        }
+        t = hand_over(next, &slot);
     }
 }
 

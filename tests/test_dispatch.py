@@ -7,8 +7,8 @@ import pytest
 from cusoftmax import _dispatch as d
 from cusoftmax._layout import Layout
 
-H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0))
-A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0))
+H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0), smem_per_sm=233472)
+A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0), smem_per_sm=167936)
 
 
 def block_max_cols(limits, itemsize, vec):
@@ -17,6 +17,12 @@ def block_max_cols(limits, itemsize, vec):
 
 def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):
     return d.plan_rows(rows, cols, itemsize, vec or 16 // itemsize, limits, method)
+
+
+def grid_chunk_cols(limits, itemsize, vec):
+    """The longest chunk of the grid kernel: two in a block's shared memory beside its scratch."""
+    room = limits.smem_per_block - d.BLOCK_SCRATCH - d.GRID_STATIC_BYTES
+    return room // (2 * vec * itemsize) * vec
 
 
 def cluster_max_cols(limits, itemsize, vec):
@@ -120,7 +126,46 @@ def test_online_chunks_do_not_depend_on_the_batch():
     p = plans[0]
     assert p.chunk % p.vec == 0 and p.chunk * p.chunks >= 10**6 > p.chunk * (p.chunks - 1)
     huge = rows_plan(2**33, rows=3)
-    assert huge.chunks <= d.ONLINE_MAX_CHUNKS and huge.launches[0].grid == 3 * huge.chunks
+    assert huge.chunks <= d.ONLINE_MAX_CHUNKS and huge.per_group == 1 and huge.lines == 3
+
+
+def test_two_pass_groups_and_grid_from_the_device():
+    resident = H200.sm_count * 2048 // d.ONLINE_THREADS
+    p = rows_plan(2**18, rows=1000, method="online")  # 4 chunks per row
+    assert p.chunks == 4 and p.launches[0].grid == resident
+    assert p.per_group == math.ceil(d.TWO_PASS_GROUP_WAVES * resident / 4)
+    few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
+    assert few.per_group == 1 and few.launches[0].grid == min(resident, 2 * few.chunks)
+    short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
+    assert (short.per_group, short.chunks, short.launches[0].grid) == (3, 1, 6)
+    nbytes, zeroed = d.workspace_bytes(p)
+    assert zeroed == 8 + 4 * 1000 and nbytes == zeroed + 16 * 1000 * (1 + p.chunks)
+
+
+@pytest.mark.parametrize("limits", [H200, A100])
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_grid_rows_fit_a_chunk_per_sm(limits, itemsize):
+    vec = 16 // itemsize
+    gtop = limits.sm_count * grid_chunk_cols(limits, itemsize, vec)
+    for cols in (1, 1000, 10**5, gtop - 1, gtop):
+        p = rows_plan(cols, itemsize, vec, limits, rows=7, method="grid")
+        assert p.chunks <= limits.sm_count and p.chunk * p.chunks >= cols
+        assert p.launches[0].smem <= limits.smem_per_block - d.GRID_STATIC_BYTES
+        assert p.launches[0].grid % p.chunks == 0 and p.lines == 7
+    with pytest.raises(ValueError, match="grid"):
+        rows_plan(gtop + 1, itemsize, vec, limits, method="grid")
+
+
+def test_grid_rows_chunks():
+    p = rows_plan(2**20, rows=64, method="grid")  # 4 MiB rows: a chunk per SM
+    assert p.method == "grid" and p.chunks <= H200.sm_count
+    assert p.chunk * p.chunks >= 2**20 > p.chunk * (p.chunks - 1) and p.chunk % p.vec == 0
+    launch = p.launches[0]
+    assert launch.smem == d.BLOCK_SCRATCH + 2 * 4 * p.chunk and launch.grid <= 64 * p.chunks
+    small = rows_plan(300000, method="grid")  # chunks of the least size
+    assert 4 * small.chunk == d.GRID_MIN_CHUNK_BYTES and small.chunks == math.ceil(300000 / small.chunk)
+    with pytest.raises(ValueError, match="grid"):
+        rows_plan(H200.sm_count * grid_chunk_cols(H200, 4, 4) + 1, method="grid")
 
 
 def test_grid_is_capped_for_huge_batches():
@@ -157,10 +202,14 @@ def test_layout_policy():
     assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
     p = d.plan(wide, 4, (0, 0), H200)
-    assert p.method == "columns" and p.vec == d.COLUMNS_MAX_VEC
+    assert p.method == "columns" and p.vec == 4 and p.width * 4 == d.COLUMNS_STRIP_COLS
     assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
-    walkers = p.launches[0].grid * p.launches[0].block
-    assert walkers >= p.chunks * 16384 // p.vec >= 64 * 1024  # every (chunk, pack) has a thread
+    assert p.lines == 16384 // (4 * p.width) and d.COLUMNS_THREADS % p.width == 0
+    resident = H200.sm_count * 2048 // d.COLUMNS_THREADS
+    assert p.per_group == min(p.lines, math.ceil(d.TWO_PASS_GROUP_WAVES * resident / p.chunks))
+    few = d.plan(Layout(1, 4096, 20, (0, 20), (0, 20)), 2, (0, 0), H200, method="columns")
+    assert (few.vec, few.width, few.lines) == (4, 8, 1)  # 5 packs: a strip of 8, 3 padding
+    assert d.plan(wide, 2, (0, 0), H200).vec == d.COLUMNS_MAX_VEC
     narrow = Layout(1, 4096, d.COLUMNS_MIN_INNER - 1, (0, 31), (0, 31))
     assert d.plan(narrow, 4, (0, 0), H200) is None  # transposing copy, then rows
     assert d.plan(narrow, 4, (0, 0), H200, method="columns").method == "columns"

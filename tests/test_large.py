@@ -51,7 +51,7 @@ def test_one_row_longer_than_int32():
 
 
 @pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed")
-@pytest.mark.parametrize("method", [None, "online", "cluster"])
+@pytest.mark.parametrize("method", [None, "online", "cluster", "grid"])
 def test_many_rows_past_int32(method):
     if method == "cluster" and int(cupy.cuda.Device().compute_capability) < 90:
         pytest.skip("thread-block clusters need compute capability 9.0")
