@@ -27,7 +27,7 @@ import numpy as np
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-DEFAULT_WIDTHS = [2**k for k in range(5, 21)]  # 32 .. 1,048,576
+DEFAULT_WIDTHS = [2**k for k in range(5, 23)]  # 32 .. 4,194,304
 DEFAULT_DTYPES = ["float32", "bfloat16", "float16"]
 AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguous
 LONG_ROWS = [2**24, 2**27]  # float32, one row each
@@ -45,7 +45,7 @@ def _parse(argv):
     p.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
                    help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--widths", default=None,
-                   help="comma-separated row widths (default: powers of two 32 .. 1048576)")
+                   help="comma-separated row widths (default: powers of two 32 .. 4194304)")
     p.add_argument("--total", type=_int_expr, default=2**26,
                    help="elements per tensor, e.g. 2**26 (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=30, help="timed calls per case (default: 30)")

@@ -5,7 +5,8 @@
 #   tools/gpu_check.sh [tests] [sanitize] [bench] [bench-quick] [tune] [profile]
 #                                                      (default: tests sanitize bench)
 #
-# tune: every forced row method at the widths where the policy switches (the dispatcher's evidence).
+# tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
+# tools/bench_variant.py runs the benchmark with a constant changed).
 # Each step has its own time limit (seconds, STEP_LIMIT, default 280) so one slow step cannot
 # take the others' results with it.
 set -uo pipefail
@@ -43,9 +44,9 @@ for what in ${@:-tests sanitize bench}; do
     sanitize)
         step memcheck sanitizer.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_gpu.py
         step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
-            -k "special or strided or determin or past_grid"
+            -k "special or strided or determin or past_grid or two_pass"
         step synccheck sanitizer.log "${sanitize[@]}" synccheck "${pytest[@]}" tests/test_gpu.py \
-            -k "special or determin or past_grid"
+            -k "special or determin or past_grid or two_pass"
         ;;
     bench) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" ;;
     profile) step ncu ncu.log ncu --clock-control none --section SpeedOfLight --section Occupancy \
@@ -53,13 +54,10 @@ for what in ${@:-tests sanitize bench}; do
         -k "regex:softmax|online|columns" env PYTHONPATH=. python3 tools/profile_cases.py
         step host ncu.log env PYTHONPATH=. python3 tools/profile_cases.py host ;;
     tune) step tune bench.log python3 -m cusoftmax.bench --out "$OUT/tune" --repeat 15 \
-        --dtypes float32,bfloat16 --peers none --no-axis0 --methods registers,tiles,block,cluster,online \
-        --widths 32,64,128,256,512,1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576
-        step tune-tiles bench.log python3 -c "import sys, cusoftmax._dispatch as d
-d.TILES_WARP_BYTES = 8192
-from cusoftmax.bench import main
-sys.exit(main(sys.argv[1:]))" --out "$OUT/tune-8k" --repeat 15 --dtypes float32,bfloat16 \
-            --peers none --no-axis0 --no-long --methods tiles --widths 32,64,128,256,512,1024,2048
+            --dtypes float32,bfloat16 --peers none --no-axis0 --methods block,cluster,grid,online \
+            --widths 32768,65536,262144,524288,1048576,4194304
+        # A tuning constant against another value, e.g.:
+        # step tune-x bench.log env PYTHONPATH=. python3 tools/bench_variant.py NAME=VALUE -- BENCH ARGS
         step host-launch bench.log env PYTHONPATH=. python3 tools/host_launch.py ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;

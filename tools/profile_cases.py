@@ -9,8 +9,8 @@ import numpy as np
 
 import cusoftmax
 
-DEFAULT = ["float32:1048576:64:-1", "bfloat16:65536:1024:-1", "bfloat16:16384:4096:-1",
-           "float32:2048:32768:-1", "bfloat16:256:262144:-1", "bfloat16:4096:16384:0"]
+DEFAULT = ["bfloat16:2097152:32:-1", "bfloat16:262144:256:-1", "float32:64:1048576:-1",
+           "bfloat16:128:524288:-1", "float32:4096:16384:0"]
 
 
 def main(cases):
