@@ -129,7 +129,7 @@ def test_online_chunks_do_not_depend_on_the_batch():
     assert huge.chunks <= d.ONLINE_MAX_CHUNKS and huge.per_group == 1 and huge.lines == 3
 
 
-def test_two_pass_groups_and_grid_from_the_device():
+def test_two_pass_groups_and_launch_size_from_the_device():
     resident = H200.sm_count * 2048 // d.ONLINE_THREADS
     p = rows_plan(2**18, rows=1000, method="online")  # 4 chunks per row
     assert p.chunks == 4 and p.launches[0].grid == resident
