@@ -45,7 +45,7 @@ def softmax(x, axis=-1, *, out=None, method=None):
     out : array, optional
         Where to write the result: same shape as `x`, the result's dtype, the same framework
         and device. It may be `x` itself (in place). Checked before anything is written.
-    method : {None, 'registers', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns'}, optional
+    method : {None, 'registers', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
         GPU only: force one kernel instead of the dispatcher's choice (for tests and
         benchmarks). ``'registers'`` holds a row in registers (rows up to 16384 elements),
         ``'tiles'`` stages several short rows per warp in shared memory, ``'block'`` holds a
@@ -53,7 +53,9 @@ def softmax(x, axis=-1, *, out=None, method=None):
         shared memory of a thread-block cluster (compute capability 9.0 and newer),
         ``'grid'`` in chunks across the shared memory of blocks all over the GPU (rows up to
         one block's shared memory per SM), ``'online'`` runs the two-pass tiled kernel on any
-        row, ``'columns'`` reduces a strided axis in place of a transposing copy.
+        row, ``'columns'`` reduces a strided axis in place of a transposing copy (two reads),
+        ``'slab'`` holds strips of a strided axis across the shared memory of a thread-block
+        cluster (compute capability 9.0 and newer; float types of at most 4 bytes).
 
     Returns
     -------

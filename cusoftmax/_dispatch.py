@@ -13,7 +13,10 @@ Read top-down, the choice is::
     rows that fit one block (GPUs without clusters)-> "block"
     any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1
                                                                   write (the second may hit L2)
-    a strided reduced axis, inner run >= COLUMNS_MIN_INNER
+    a strided reduced axis, inner run >= COLUMNS_MIN_INNER, the axis times a strip of
+    the inner run fits a cluster's shared memory   -> "slab"      strips held on chip over a
+                                                                  cluster, 1 read + 1 write
+    a longer strided reduced axis, inner run >= COLUMNS_MIN_INNER
                                                    -> "columns"   (m, d) per chunk of the axis,
                                                                   2 reads + 1 write, no transpose
     a strided reduced axis, short inner run        -> contiguous copy, then the row policy
@@ -32,7 +35,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns")
+METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
 
 # Register-resident rows: at most REGISTERS_MAX_PER_LANE values of the compute type per lane and
 # at most REGISTERS_MAX_LANES lanes (one block) per row. Evidence: register budget (32 values +
@@ -55,11 +58,18 @@ TILES_MAX_BYTES = 4096
 # stack); 16 values fit in 56 to 64 registers without spills.
 REGISTERS_WIDE_VALUES = 16
 WARP_BLOCK = 128
-# Short rows: each lane group takes R rows per iteration so every lane has about
-# WARP_LANE_BYTES of loads in flight. Evidence: H200, 2026-11-30, 2**26 float32: with one 16-byte
-# pack per lane, widths 64 and 128 ran at 0.69 and 0.64 of copy against 0.96 at 256 (2 packs);
-# with 64 bytes per lane, 0.95 and 0.94.
-WARP_LANE_BYTES = 64
+# Short rows: each lane group takes R rows per iteration, about WARP_LANE_VALUES elements per
+# lane, and loads the next iteration's while it works on this one's. Evidence: H200, 2026-11-30,
+# 2**26 elements, fraction of copy. Without the early loads: float32 with one 16-byte pack per
+# lane, widths 64 and 128 ran at 0.69 and 0.64 against 0.96 at 256 (2 packs); with 64 bytes per
+# lane, 0.95 and 0.94; bfloat16 32 / 64 / 128 / 256 / 512 at 0.75 / 0.73 / 0.70 / 0.67 / 0.86
+# (third session, run 5). With them (fourth session, runs 2 and 3), by bytes per lane: bfloat16
+# 64 bytes 0.64 / 0.63 / 0.62 / 0.61 / 0.63 (94 registers a thread at 32 columns), 32 bytes
+# 0.78 / 0.77 / 0.76 / 0.74 / 0.82, 16 bytes 0.83 / 0.82 / 0.80 / 0.78 / 0.82; float32 32 to
+# 512: 64 bytes 0.95 to 0.98, 32 bytes 0.95 to 0.97, 16 bytes 0.93 to 0.96. So 8 elements: 32
+# bytes of float32, 16 of bfloat16. The tiles kernel on the same rows (run 3): float32 0.77 to
+# 0.96, bfloat16 0.63 to 0.83.
+WARP_LANE_VALUES = 8
 WARP_MAX_ROWS = 4
 # Grid: at most WARP_WAVES full residencies of the block size; units loop over rows.
 WARP_WAVES = 4
@@ -109,21 +119,31 @@ GRID_BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 
 # The two-pass kernels (online rows, columns) run in one launch, one resident wave of blocks
 # taking (line, chunk) items from a ticket counter (kernels/common.cuh), lines grouped so that a
-# group has at least TWO_PASS_GROUP_WAVES waves of items (a write item rarely waits for its
-# line's reads). Evidence: H200, 2026-11-30 (third session, run 1): groups of one 4 MiB row
-# (64 items against 264 resident blocks) ran rows of 2**20 float32 at 0.22 of copy, groups of
-# 3 rows at 0.42.
-TWO_PASS_GROUP_WAVES = 2
+# group has at least ONLINE_GROUP_WAVES (COLUMNS_GROUP_WAVES) waves of items: the more, the more
+# rarely a write item waits for its line's reads; the fewer, the likelier its second read hits
+# L2. Evidence: H200, 2026-11-30 (third session, run 1, a fence in every thread): groups of one
+# 4 MiB row (64 items against 264 resident blocks) ran rows of 2**20 float32 at 0.22 of copy,
+# groups of 3 rows at 0.42; hence 2 waves. Online rows in the fourth session: see below.
+COLUMNS_GROUP_WAVES = 2.0
 
 # Online rows: chunk length from the row length alone (never from the batch), at least
 # ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
-# 2026-11-30 (third session), one row of 2**24 / 2**27 float32: run 1 (a fence in every
-# thread), chunks of 8 Ki elements 0.30 / 0.50 of copy, 16 Ki 0.43 / 0.50, 64 Ki 0.50 / 0.56;
-# run 2, 64 Ki 0.51 / 0.56, 128 Ki 0.47 / 0.58 (rows of 2**22: 0.57 / 0.60, of 2**20: 0.57 /
-# 0.56).
-ONLINE_MIN_CHUNK = 64 * 1024
-ONLINE_MAX_CHUNKS = 4096
+# 2026-11-30, fraction of copy. Third session (a merging block per row), one row of 2**24 /
+# 2**27 float32: chunks of 64 Ki elements 0.51 / 0.56, 128 Ki 0.47 / 0.58. Fourth session (each
+# write item merges its row's chunks), runs 1 and 2, chunk : group waves, rows of 2**20 / 2**22
+# float32, 2**22 bfloat16, one row of 2**24 / 2**27 float32 (repeats of a variant spread by up
+# to 0.14 in single cases): 64 Ki : 2, 0.55 / 0.53 / 0.44 / 0.46 / 0.58; 64 Ki : 0.5, 0.57 to
+# 0.62 / 0.56 to 0.60 / 0.46 / 0.56 / 0.59; 64 Ki : 0.25, 0.47 / 0.62 / 0.46 / 0.56 / 0.59;
+# 16 Ki : 2, 0.53 / 0.50 / 0.35 / 0.54 / 0.48; 16 Ki : 0.5, 0.55 / 0.48 / 0.37 / 0.47 / 0.43;
+# 32 Ki : 1, 0.53 / 0.58 / 0.44 / 0.61 / 0.48; 32 Ki : 0.5, 0.50 to 0.62 / 0.61 / 0.45 / 0.60 /
+# 0.48; 128 Ki : 0.5, 0.58 / 0.57 / 0.44 / 0.52 / 0.61; 128 Ki : 0.25, 0.55 / 0.54 / 0.41 /
+# 0.50 / 0.61. Hence groups of half a wave, and chunks of 32 Ki elements up to rows of 2**25,
+# longer from there (2**27: 128 Ki).
+ONLINE_GROUP_WAVES = 0.5
+ONLINE_MIN_CHUNK = 32 * 1024
+ONLINE_MAX_CHUNKS = 1024
 ONLINE_THREADS = 512
+ONLINE_BLOCKS_PER_SM = 2  # __launch_bounds__ of softmax_online
 
 # Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
 # below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (32 float32 keep
@@ -141,10 +161,28 @@ COLUMNS_STRIP_COLS = 256
 COLUMNS_MIN_CHUNK = 256
 COLUMNS_MAX_CHUNKS = 64
 COLUMNS_THREADS = 256  # COLUMNS_MAX_THREADS in kernels/softmax_columns.cu
+COLUMNS_BLOCKS_PER_SM = 3  # __launch_bounds__ of softmax_columns
 # At most 4 elements per thread per step (16 bytes of float32, 8 of half types). Evidence: ptxas
 # (sm_90, 3 blocks of 256 threads per SM: 80 registers): 8 bfloat16 columns per thread spill
 # 68 bytes, 4 spill 8.
 COLUMNS_MAX_VEC = 4
+
+# Strided reduced axis held on chip ("slab", sm_90 and newer): the inner axis in strips of at
+# most SLAB_STRIP_BYTES (at most SLAB_MAX_COLS columns, a power-of-two number of packs up to a
+# warp), each strip over the whole reduced axis cut over a cluster as a row is (CLUSTER_SIZES,
+# slices of at most SLAB_SLICE_BYTES where a cluster allows); blocks of up to SLAB_MAX_THREADS
+# threads. Float types of at most 4
+# bytes. Evidence: H200, 2026-11-30 (fourth session, runs 1 and 2), axis 0 of 4096 x 16384 and
+# 16384 x 4096, fraction of copy, float32 pair; bfloat16 pair (the two-pass columns kernel in the
+# same runs: 0.46 to 0.54 / 0.40 to 0.47; 0.24 to 0.25 / 0.23 to 0.24). Blocks of 512 threads,
+# strips of 32 / 64 / 128 / 256 / 512 bytes: 0.49 / 0.53 / 0.49 / 0.38 / 0.40 and 0.37 / 0.43 /
+# 0.33 / - / -; 0.39 / 0.39 / 0.32 / 0.33 / 0.32 and 0.33 / 0.32 / 0.27 / 0.27 / 0.27. Blocks
+# of 256 threads: 64 bytes 0.58 / 0.52; 0.55 / 0.42; 32 bytes 0.58 / 0.50; 0.49 / 0.42.
+SLAB_STRIP_BYTES = 64
+SLAB_SLICE_BYTES = 64 * 1024
+SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
+SLAB_MAX_THREADS = 256  # SLAB_MAX_THREADS there
+SLAB_SCRATCH = SLAB_MAX_COLS * 24 + SLAB_MAX_THREADS // 32 * SLAB_MAX_COLS * 4  # SLAB_SCRATCH there
 
 MAX_GRID = 2**31 - 1
 
@@ -242,6 +280,8 @@ def templates(itemsize: int, clusters: bool = True):
         if clusters:
             for size in CLUSTER_SIZES:
                 yield "softmax_cluster", (vec, size)
+                if itemsize <= 4:
+                    yield "softmax_slab", (vec, size)
 
 
 def _padded_bytes(cols, itemsize, vec):
@@ -282,12 +322,11 @@ def _registers_shape(cols, vec):
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
 
 
-def _registers(rows, cols, itemsize, vec, limits) -> Plan:
+def _registers(rows, cols, vec, limits) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec)
-    if batch is None:  # short rows: R rows per lane group keep WARP_LANE_BYTES in flight
+    if batch is None:  # short rows: R rows per lane group, WARP_LANE_VALUES elements per lane
         batch = 1
-        while (batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec * itemsize <= WARP_LANE_BYTES
-               and 2 * batch * per_lane * vec <= REGISTERS_MAX_PER_LANE):
+        while batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec <= WARP_LANE_VALUES:
             batch *= 2
     block = max(WARP_BLOCK, width)
     grid = _looped_grid(rows, block // width * max(1, batch), block, limits)
@@ -321,17 +360,20 @@ def _block(rows, cols, itemsize, vec) -> Plan:
     return Plan("block", vec, (launch,))
 
 
-def _cluster_size(cols, itemsize, vec, limits):
-    """The cluster size for this row, or None when no cluster holds it."""
+def _cluster_size(slice_bytes, limits, scratch=BLOCK_SCRATCH, small=None):
+    """The cluster size for a line whose slice over `size` blocks has ``slice_bytes(size)``
+    bytes (behind `scratch` bytes of shared memory): the smallest whose slices are at most
+    `small` bytes (default CLUSTER_SLICE_BYTES), else the smallest that holds the line, else
+    None."""
     if not limits.clusters:
         return None
-    slices = {size: _slice_bytes(cols, itemsize, vec, size) for size in CLUSTER_SIZES
-              if size <= limits.max_cluster}
+    small = CLUSTER_SLICE_BYTES if small is None else small
+    slices = {size: slice_bytes(size) for size in CLUSTER_SIZES if size <= limits.max_cluster}
     for size, nbytes in slices.items():
-        if nbytes <= CLUSTER_SLICE_BYTES:
+        if nbytes <= small:
             return size
     for size, nbytes in slices.items():
-        if BLOCK_SCRATCH + nbytes <= limits.smem_per_block:
+        if scratch + nbytes <= limits.smem_per_block:
             return size
     return None
 
@@ -344,10 +386,12 @@ def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     return Plan("cluster", vec, (launch,))
 
 
-def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, limits, width=0) -> Plan:
-    """One launch of a two-pass kernel over `lines` lines of `chunks` chunks."""
-    resident = limits.sm_count * (2048 // threads)
-    per_group = min(lines, math.ceil(TWO_PASS_GROUP_WAVES * resident / chunks))
+def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves, limits,
+              width=0) -> Plan:
+    """One launch of a two-pass kernel over `lines` lines of `chunks` chunks, `per_sm` blocks
+    of `threads` resident per SM, groups of lines of at least `waves` waves of items."""
+    resident = limits.sm_count * per_sm
+    per_group = min(lines, math.ceil(waves * resident / chunks))
     grid = min(MAX_GRID, resident, 2 * lines * chunks)
     launch = Launch(kernel, (vec,), grid, threads)
     return Plan(method, vec, (launch,), chunk=chunk, chunks=chunks, width=width,
@@ -383,7 +427,8 @@ def _online(rows, cols, vec, limits) -> Plan:
     chunk = max(ONLINE_MIN_CHUNK, math.ceil(cols / ONLINE_MAX_CHUNKS))
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(cols / chunk)
-    return _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS, limits)
+    return _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS,
+                     ONLINE_BLOCKS_PER_SM, ONLINE_GROUP_WAVES, limits)
 
 
 def _columns(outer, n, inner, vec, limits) -> Plan:
@@ -393,7 +438,28 @@ def _columns(outer, n, inner, vec, limits) -> Plan:
     chunk = max(COLUMNS_MIN_CHUNK, math.ceil(n / COLUMNS_MAX_CHUNKS))
     chunks = math.ceil(n / chunk)
     return _two_pass("softmax_columns", "columns", vec, outer * strips, chunk, chunks,
-                     COLUMNS_THREADS, limits, width=width)
+                     COLUMNS_THREADS, COLUMNS_BLOCKS_PER_SM, COLUMNS_GROUP_WAVES, limits,
+                     width=width)
+
+
+def _slab_shape(n, inner, itemsize, vec, limits):
+    """(packs per strip, cluster size) of the slab kernel, or None when it cannot hold the axis."""
+    if itemsize > 4:
+        return None
+    width = min(32, SLAB_MAX_COLS // vec, max(1, SLAB_STRIP_BYTES // (vec * itemsize)),
+                _pow2_at_least(math.ceil(inner / vec)))
+    size = _cluster_size(lambda s: math.ceil(n / s) * width * vec * itemsize, limits, SLAB_SCRATCH,
+                         SLAB_SLICE_BYTES)
+    return None if size is None else (width, size)
+
+
+def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
+    strips = math.ceil(inner / (width * vec))
+    slice_bytes = math.ceil(n / size) * width * vec * itemsize
+    threads = min(SLAB_MAX_THREADS, _threads_for(slice_bytes))
+    grid = min(outer * strips, MAX_GRID // size) * size
+    launch = Launch("softmax_slab", (vec, size), grid, threads, SLAB_SCRATCH + slice_bytes)
+    return Plan("slab", vec, (launch,), width=width, lines=outer * strips)
 
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
@@ -404,7 +470,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
                 f"{REGISTERS_MAX_PER_LANE} values; {cols} elements in packs of {vec} do not fit"
             )
-        return _registers(rows, cols, itemsize, vec, limits)
+        return _registers(rows, cols, vec, limits)
     if method == "tiles" or (method is None and cols * itemsize <= TILES_MAX_BYTES):
         plan = _tiles(rows, cols, itemsize, vec, limits)
         if plan is None:
@@ -414,7 +480,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 "bytes per block"
             )
         return plan
-    size = _cluster_size(cols, itemsize, vec, limits)
+    size = _cluster_size(lambda s: _slice_bytes(cols, itemsize, vec, s), limits)
     one_block = fits_block(cols, itemsize, vec, limits)
     row_bytes = _padded_bytes(cols, itemsize, vec)
     if method == "block" or (method is None and one_block and (
@@ -453,6 +519,18 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
     if layout is None:
         return None
+    if method == "slab" or (not layout.rows and method is None and layout.inner >= COLUMNS_MIN_INNER):
+        vec = vector_width(itemsize, addresses, layout.xs + layout.ys)
+        shape = _slab_shape(layout.n, layout.inner, itemsize, vec, limits)
+        if shape is not None:
+            return _slab(layout.outer, layout.n, layout.inner, itemsize, vec, *shape)
+        if method == "slab":
+            raise ValueError(
+                "method='slab' needs thread-block clusters (compute capability 9.0+, this device: "
+                f"{limits.capability}), a float type of at most 4 bytes and the reduced axis "
+                f"({layout.n} steps) times a strip of the inner axis in {limits.max_cluster} "
+                f"blocks' shared memory ({limits.smem_per_block} bytes each)"
+            )
     if method == "columns" or (not layout.rows and method is None):
         if method is None and layout.inner < COLUMNS_MIN_INNER:
             return None

@@ -17,7 +17,9 @@ FILES = {
     "softmax_grid": "softmax_fused.cu",
     "softmax_online": "softmax_online.cu",
     "softmax_columns": "softmax_columns.cu",
+    "softmax_slab": "softmax_columns.cu",
 }
+CLUSTER_KERNELS = ("softmax_cluster", "softmax_slab")  # template (vec, cluster size, ...)
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 OPTIONS = ("-std=c++17",)
 
@@ -70,7 +72,7 @@ def _bound(launch, dtype_name, device_id):
     fn = function(launch.kernel, dtype_name, launch.template, device_id)
     if launch.smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = launch.smem
-    if launch.kernel == "softmax_cluster" and launch.template[1] > PORTABLE_CLUSTER:
+    if launch.kernel in CLUSTER_KERNELS and launch.template[1] > PORTABLE_CLUSTER:
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER, 1)
@@ -146,6 +148,8 @@ def bind(plan, layout, dtype_name: str, device_id: int):
         go = _launcher(launch, fn, 2, (outer, n, xso, yso, plan.width))
     elif plan.method in ("block", "cluster"):
         go = _launcher(launch, fn, 2, (outer, n, xso, yso))
+    elif plan.method == "slab":
+        go = _launcher(launch, fn, 2, (outer, n, inner, xso, xsn, yso, ysn, plan.width))
     elif plan.method in ("grid", "online", "columns"):
         from ._dispatch import workspace_bytes
 

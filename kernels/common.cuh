@@ -204,15 +204,6 @@ __device__ inline R group_reduce(R v, int width, Op op) {  // over aligned group
     return v;
 }
 
-template <typename C>
-__device__ inline MD<C> group_merge(MD<C> s, int width) {
-    for (int o = width / 2; o > 0; o >>= 1) {
-        MD<C> t{__shfl_xor_sync(0xffffffffu, s.m, o), __shfl_xor_sync(0xffffffffu, s.d, o)};
-        s.merge(t);
-    }
-    return s;
-}
-
 // Block-wide reduce. `scratch` holds at least 32 R in shared memory. Every thread folds the
 // per-warp values in warp order, so all threads get the same bits. Two barriers: the second lets
 // the caller reuse scratch at once.
@@ -227,40 +218,39 @@ __device__ inline R block_reduce(R v, R* scratch, Op op) {
     return r;
 }
 
-// Reduce over aligned groups of `width` lanes, a power of two up to the block size. Up to 32
-// lanes (WIDE false): shuffles. Above (WIDE): shuffles, then the group's warps fold their
-// values from `scratch` (one slot per warp) in warp order; every thread of the block must call
-// it then.
-template <bool WIDE, typename R, typename Op>
-__device__ inline R lanes_reduce(R v, int width, R* scratch, Op op) {
-    if constexpr (!WIDE) return group_reduce(v, width, op);
-    v = group_reduce(v, 32, op);
-    const int warp = threadIdx.x >> 5, first = warp & ~(width / 32 - 1);
-    if ((threadIdx.x & 31) == 0) scratch[warp] = v;
-    __syncthreads();
-    R r = scratch[first];
-    for (int w = first + 1; w < first + width / 32; ++w) r = op(r, scratch[w]);
-    __syncthreads();
-    return r;
+// Reduce over aligned groups of `width` lanes, a power of two up to the block size, RR values
+// (rows) per lane at once. Up to 32 lanes (WIDE false): shuffles, the rows' shuffles of one
+// level issued together so their latencies overlap. Above (WIDE, one row): shuffles, then the
+// group's warps fold their values from `scratch` (one slot per warp) in warp order; every
+// thread of the block must call it then.
+template <bool WIDE, int RR, typename R, typename Op>
+__device__ inline void lanes_reduce_rows(R (&v)[RR], int width, R* scratch, Op op) {
+    if constexpr (!WIDE) {
+        for (int o = width / 2; o > 0; o >>= 1)
+#pragma unroll
+            for (int r = 0; r < RR; ++r) v[r] = op(v[r], __shfl_xor_sync(0xffffffffu, v[r], o));
+    } else {
+        static_assert(RR == 1, "rows of several warps: one per lane group");
+        R x = group_reduce(v[0], 32, op);
+        const int warp = threadIdx.x >> 5, first = warp & ~(width / 32 - 1);
+        if ((threadIdx.x & 31) == 0) scratch[warp] = x;
+        __syncthreads();
+        x = scratch[first];
+        for (int w = first + 1; w < first + width / 32; ++w) x = op(x, scratch[w]);
+        __syncthreads();
+        v[0] = x;
+    }
 }
 
-// Block-wide merge: warps merge by shuffles, then warp 0 merges the per-warp states (merges cost
-// double exps, so one warp does them, not every thread) and broadcasts the result.
+// Block-wide merge of per-thread states: the block's max M, then the sum of every thread's d
+// rescaled to M (one exp per thread, none where the thread's m already is M). Four barriers,
+// fixed orders: every thread gets the same bits. `scratch` holds 32 acc_t.
 template <typename C>
-__device__ inline MD<C> block_merge(MD<C> s, MD<C>* scratch) {
-    s = group_merge(s, 32);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = s;
-    __syncthreads();
-    if (warp == 0) {
-        s = lane < int(blockDim.x >> 5) ? scratch[lane] : MD<C>::identity();
-        s = group_merge(s, 32);
-        if (lane == 0) scratch[0] = s;
-    }
-    __syncthreads();
-    s = scratch[0];
-    __syncthreads();
-    return s;
+__device__ inline MD<C> block_merge(MD<C> s, acc_t* scratch) {
+    const C m = block_reduce(s.m, reinterpret_cast<C*>(scratch), MaxOp());
+    // A thread at the max adds its d as it is (also when the max is -inf: its d is 0 or NaN).
+    const acc_t d = block_reduce(s.m == m ? s.d : s.d * exp(acc_t(s.m) - acc_t(m)), scratch, SumOp());
+    return {m, d};
 }
 
 template <typename T> __device__ inline const typename Traits<T>::B* bits(const T* p) {
@@ -308,13 +298,14 @@ __device__ inline void store_row_pack(T* row, long long c, long long cols, const
 // ---- two-pass work in one launch: line-by-line partials, then the writes, in L2-sized groups.
 // A "line" is what one softmax normaliser covers (a row, or a strip of columns); it is cut into
 // `chunks` chunks, and a block works on one (line, chunk) item at a time. Pass 1 ("read" items)
-// writes each chunk's partials; the block that completes a line's last chunk merges the line's
-// partials in a fixed order into its final statistics; pass 2 ("write" items) waits for those,
-// reads its chunk again and writes it. Lines are taken `per_group` at a time, and the read items
-// of group g + 1 are handed out before the write items of group g: with groups of at least two
-// waves of items a write item rarely waits, and its second read may come from L2. Blocks take items from an atomic ticket counter, so an item is only ever taken by a
-// running block after every item it waits for was taken: any grid size, and any residency,
-// completes.
+// writes each chunk's partials and counts the chunk; pass 2 ("write" items) waits for the
+// line's statistics, merged in a fixed order from its partials (by the write item itself, or by
+// the read item that completed the line), reads its chunk again and writes it. Lines are taken
+// `per_group` at a time, and the read items of group g + 1 are handed out before the write
+// items of group g: the larger the groups (in waves of items), the more rarely a write item
+// waits; the smaller (in bytes), the likelier its second read comes from L2. Blocks take items
+// from an atomic ticket counter, so an item is only ever taken by a running block after every
+// item it waits for was taken: any grid size, and any residency, completes.
 struct Schedule {
     long long lines, chunks, per_group, groups;  // groups = ceil(lines / per_group)
 
@@ -341,8 +332,10 @@ struct Schedule {
 };
 
 // The workspace, carved from one buffer whose head (the second value of workspace_bytes() in
-// cusoftmax/_dispatch.py) the caller zeroes before the launch: the ticket counter, per line the count of its chunks done (chunks + 1 once
-// merged), then `width` (m, d) statistics per line and `width` partials per (line, chunk).
+// cusoftmax/_dispatch.py) the caller zeroes before the launch: the ticket counter, per line the
+// count of its chunks done (the columns kernel adds 1 once the line is merged), then `width`
+// (m, d) statistics per line (the columns kernel's merged lines) and `width` partials per
+// (line, chunk).
 struct Workspace {
     unsigned long long* ticket;
     unsigned* count;
@@ -447,26 +440,33 @@ template <int CL> __device__ inline double load_peer(const double* p, unsigned r
     asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
     return v;
 }
-// Reduce a block-uniform value over the CL blocks of the cluster, folded in rank order (so
-// every block gets the same bits). `slot` is this block's published copy, read by its peers;
-// `scratch` one R of shared memory for the broadcast. The caller must not write `slot` again
-// before every peer has read it (a cluster barrier after the reads).
-template <int CL, typename R, typename Op>
-__device__ inline R cluster_reduce(R v, double* slot, R* scratch, Op op) {
-    if (threadIdx.x == 0) *slot = double(v);
+// Merges a block-uniform (m, d) over the CL blocks of the cluster, so every block gets the
+// same bits: M = the largest m, D = the sum over blocks of d * exp(m - M) in a fixed shuffle
+// tree (lane b of warp 0 takes block b's pair). One cluster barrier. `slot`: two doubles of this
+// block's shared memory that its peers read; `out`: two more for the broadcast. The caller must
+// not write `slot` again before every peer has read it (a cluster barrier after this call).
+template <int CL, typename C>
+__device__ inline MD<C> cluster_merge(C m, acc_t d, double* slot, double* out) {
+    if (threadIdx.x == 0) {
+        slot[0] = double(m);
+        slot[1] = d;
+    }
     cluster_arrive<CL>();
     cluster_wait<CL>();
-    if (threadIdx.x == 0) {
-        double got[CL];
-#pragma unroll
-        for (int b = 0; b < CL; ++b) got[b] = load_peer<CL>(slot, b);
-        R r = R(got[0]);
-#pragma unroll
-        for (int b = 1; b < CL; ++b) r = op(r, R(got[b]));
-        *scratch = r;
+    if (threadIdx.x < 32) {
+        const unsigned b = threadIdx.x;
+        const C mb = b < CL ? C(load_peer<CL>(slot, b)) : neg_inf<C>();
+        const acc_t db = b < CL ? load_peer<CL>(slot + 1, b) : 0.0;
+        const C top = group_reduce(mb, 32, MaxOp());
+        // A block at the top adds d as it is (also when the top is -inf: its d is 0 or NaN).
+        const acc_t sum = group_reduce(mb == top ? db : db * exp(acc_t(mb) - acc_t(top)), 32, SumOp());
+        if (b == 0) {
+            out[0] = double(top);
+            out[1] = sum;
+        }
     }
     __syncthreads();
-    const R r = *scratch;
+    const MD<C> r{C(out[0]), out[1]};
     __syncthreads();
     return r;
 }

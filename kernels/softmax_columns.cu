@@ -160,4 +160,157 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
     }
 }
 
+// ---- The strided axis held on chip ("slab", sm_90 and newer): a strip of `width` packs
+// (width * V <= SLAB_MAX_COLS columns) of one o over all n steps is a line, cut over the CL
+// blocks of a cluster (block `rank` holds steps rank * per, ..., in its shared memory as bits):
+// one read and one write per element. Thread (p, l) of a block owns pack p at the block's steps
+// l, l + lanes, ... Per column: the block's max, its sum of exp against that max, the blocks'
+// pairs merged once through distributed shared memory, then the write walk. Clusters take lines
+// c, c + clusters, ...
+
+#if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
+constexpr int SLAB_MAX_COLS = 64;  // columns per strip, at most
+
+// This thread's part of a block's slab: pack `pack` at steps lane, lane + lanes, ... < count.
+template <typename T, int V> struct SlabPart {
+    T* s;
+    int pack, lane, lanes, width, count;
+    __device__ T* at(int k) const { return s + ((long long)k * width + pack) * V; }
+    // The pack at step k: src is the pack's element at the block's first step, `left` elements
+    // of the pack are inside the inner axis (at least 1).
+    __device__ void load(const T* src, long long xsn, int k, long long left) const {
+        constexpr int PB = sizeof(T) * V;
+        const T* g = src + k * xsn;
+        if constexpr (PB >= 4) {
+            if (left >= V) {
+                copy_async<PB>(at(k), g);
+                return;
+            }
+        }
+        store_pack<T, V>(at(k), load_row_bits<T, V>(g, 0, left, neg_inf<compute_t<T>>()));
+    }
+};
+
+// Each of this thread's V column values reduced over the block's threads of its pack, in a
+// fixed order (shuffles over the warp's lanes of the pack, then the warps in order through
+// `red`); every thread gets its pack's results. width divides 32.
+template <int V, typename Op>
+__device__ inline void slab_columns_reduce(float (&v)[V], float* red, int width, Op op) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+        for (int o = 16; o >= width; o >>= 1) v[j] = op(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+    const int warp = threadIdx.x >> 5, wl = threadIdx.x & 31, pack = threadIdx.x % width;
+    if (wl < width)
+#pragma unroll
+        for (int j = 0; j < V; ++j) red[warp * SLAB_MAX_COLS + wl * V + j] = v[j];
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        float r = red[pack * V + j];
+        for (int w = 1; w < int(blockDim.x >> 5); ++w) r = op(r, red[w * SLAB_MAX_COLS + pack * V + j]);
+        v[j] = r;
+    }
+    __syncthreads();
+}
+
+constexpr int SLAB_MAX_THREADS = 256;
+// Dynamic shared memory ahead of the slab: per column this block's (m, d) (read by peers) and
+// the merged (m, scale); per warp and column a float for the block's column reductions.
+constexpr int SLAB_SCRATCH = SLAB_MAX_COLS * (2 * 8 + 2 * 4) + SLAB_MAX_THREADS / 32 * SLAB_MAX_COLS * 4;
+
+// At most 64 registers a thread: 4 blocks of 256 threads per SM.
+template <typename T, int V, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4)
+    softmax_slab(const T* x, T* y, long long outer, long long n, long long inner, long long xso,
+                 long long xsn, long long yso, long long ysn, int width) {
+    static_assert(sizeof(compute_t<T>) == 4, "slab: float compute types");
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* pub = reinterpret_cast<double*>(smem);                   // [SLAB_MAX_COLS][2]
+    float* fin = reinterpret_cast<float*>(pub + 2 * SLAB_MAX_COLS);   // [SLAB_MAX_COLS][2]
+    float* red = fin + 2 * SLAB_MAX_COLS;                             // [warps][SLAB_MAX_COLS]
+    const int rank = int(cluster_rank<CL>());
+    const long long per = (n + CL - 1) / CL, k0 = rank * per;
+    const int cols = width * V;
+    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH), int(threadIdx.x % width),
+                              int(threadIdx.x / width), int(blockDim.x / width), width,
+                              int(max(0LL, min(n, k0 + per) - k0))};
+    const long long strips = (inner + cols - 1) / cols, lines = outer * strips;
+    // Line -> offset of this thread's pack at the block's first step, and its elements inside
+    // the inner axis (<= 0: the pack is past the end of the axis, nothing to do).
+    auto offset = [&](long long line, long long so, long long sn) {
+        return line / strips * so + k0 * sn + (line % strips) * cols + (long long)part.pack * V;
+    };
+    auto inside = [&](long long line) { return inner - ((line % strips) * cols + (long long)part.pack * V); };
+    for (long long line = blockIdx.x / CL; line < lines; line += gridDim.x / CL) {
+        const long long left = inside(line);
+        if (left > 0) {  // one DRAM read per element
+            const T* src = x + offset(line, xso, xsn);
+            for (int k = part.lane; k < part.count; k += part.lanes) part.load(src, xsn, k, left);
+        }
+        copy_wait();
+        float m[V], d[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) m[j] = neg_inf<float>(), d[j] = 0;
+        if (left > 0)
+            for (int k = part.lane; k < part.count; k += part.lanes) {
+                const Pack<T, V> p = load_pack<T, V>(part.at(k));
+#pragma unroll
+                for (int j = 0; j < V; ++j) m[j] = fmax(m[j], Traits<T>::in(p.v[j]));
+            }
+        slab_columns_reduce(m, red, width, MaxOp());
+        if (left > 0)
+            for (int k = part.lane; k < part.count; k += part.lanes) {
+                const Pack<T, V> p = load_pack<T, V>(part.at(k));
+#pragma unroll
+                for (int j = 0; j < V; ++j)  // a column of only -inf sums against 0: (-inf, 0)
+                    d[j] += fast_exp(Traits<T>::in(p.v[j]) - (m[j] == neg_inf<float>() ? 0.f : m[j]));
+            }
+        slab_columns_reduce(d, red, width, SumOp());
+        if (threadIdx.x < width)
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                pub[2 * (threadIdx.x * V + j)] = m[j];
+                pub[2 * (threadIdx.x * V + j) + 1] = d[j];
+            }
+        cluster_arrive<CL>();
+        cluster_wait<CL>();
+        if (threadIdx.x < cols) {  // column c: the blocks' pairs merged in rank order
+            const double* mine = pub + 2 * threadIdx.x;
+            double top = neg_inf<double>();
+#pragma unroll
+            for (int b = 0; b < CL; ++b) top = fmax(top, load_peer<CL>(mine, b));
+            acc_t sum = 0;
+#pragma unroll 4
+            for (int b = 0; b < CL; ++b) {
+                const double mb = load_peer<CL>(mine, b), db = load_peer<CL>(mine + 1, b);
+                sum += mb == top ? db : db * exp(mb - top);
+            }
+            const int c = threadIdx.x;
+            fin[2 * c] = float(top);
+            fin[2 * c + 1] = scale_of(sum, float());
+        }
+        __syncthreads();
+        float scale[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) m[j] = fin[2 * (part.pack * V + j)], scale[j] = fin[2 * (part.pack * V + j) + 1];
+        cluster_arrive<CL>();  // this block has read its peers' pairs for this line
+        if (left > 0) {
+            T* dst = y + offset(line, yso, ysn);
+            for (int k = part.lane; k < part.count; k += part.lanes) {
+                const Pack<T, V> p = load_pack<T, V>(part.at(k));
+                float v[V];
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m[j]) * scale[j];
+                store_row_pack<T, V>(dst + k * ysn, 0, left, v);
+            }
+        }
+        // Peers may still read this block's pairs until they arrive; the next line writes them
+        // again, and a block may not exit while its shared memory is being read. (Its slab,
+        // fin and red are written again by threads that read only their own places, or after
+        // the next line's first reduction barrier.)
+        cluster_wait<CL>();
+    }
+}
+#endif
+
 }  // namespace csm

@@ -13,8 +13,8 @@
 //                           limit), staged by asynchronous copies, then walked three times on
 //                           chip (max, sum of exp, write).
 //   softmax_cluster<T, V, CL>  (sm_90 and newer) the same with the row cut into CL slices, one
-//                           per block of a thread-block cluster; the blocks combine their max and
-//                           then their sum through distributed shared memory, and each writes
+//                           per block of a thread-block cluster; the blocks merge their slices'
+//                           (max, sum) pairs through distributed shared memory, and each writes
 //                           its slice. Rows up to CL times a block's shared memory.
 //   softmax_grid<T, V>      the row cut into `chunks` chunks of `chunk` elements held by a
 //                           group of `chunks` blocks anywhere on the GPU (all resident at once:
@@ -56,9 +56,10 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
     const long long units = ((long long)gridDim.x * blockDim.x) / unit;
     // Loop per unit, not per row: every thread runs the same iterations, so shuffles stay
     // converged and barriers are reached by all. A group takes R rows per iteration (rows g,
-    // g + groups, ...), all loads issued first.
-    for (long long first = u * groups * RR; first < rows; first += units * groups * RR) {
-        C v[RR][P][V], m[RR], d[RR];
+    // g + groups, ...), all loads issued first. Short rows (R >= 1) load the next iteration's
+    // packs, as bits, before working on this one's, so loads stay in flight while it computes.
+    const long long stride = units * groups * RR;
+    auto load = [&](long long first, Pack<T, V>(&raw)[RR][P]) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
             const long long row = first + (long long)r * groups + group;
@@ -66,8 +67,20 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
             const T* xr = x + (n ? row : 0) * ldx;
 #pragma unroll
             for (int p = 0; p < P; ++p)
-                load_row_pack<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>(), v[r][p]);
+                raw[r][p] = load_row_bits<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>());
         }
+    };
+    Pack<T, V> raw[RR][P];
+    long long first = u * groups * RR;
+    if (!WIDE && first < rows) load(first, raw);
+    for (; first < rows; first += stride) {
+        if (WIDE) load(first, raw);
+        C v[RR][P][V], m[RR], d[RR];
+#pragma unroll
+        for (int r = 0; r < RR; ++r)
+#pragma unroll
+            for (int p = 0; p < P; ++p) unpack(raw[r][p], v[r][p]);
+        if (!WIDE && first + stride < rows) load(first + stride, raw);
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
             m[r] = neg_inf<C>();
@@ -75,9 +88,12 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
             for (int p = 0; p < P; ++p)
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
-            m[r] = lanes_reduce<WIDE>(m[r], width, scratch, MaxOp());
-            // At most 32 terms per lane, then a tree over at most 1024 lanes: a float sum stays
-            // far inside 1e-5.
+        }
+        lanes_reduce_rows<WIDE>(m, width, scratch, MaxOp());
+        // At most 32 terms per lane, then a tree over at most 1024 lanes: a float sum stays
+        // far inside 1e-5.
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
             d[r] = 0;
 #pragma unroll
             for (int p = 0; p < P; ++p)
@@ -86,8 +102,8 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
                     v[r][p][j] = fast_exp(v[r][p][j] - m[r]);  // padding (-inf) gives 0
                     d[r] += v[r][p][j];
                 }
-            d[r] = lanes_reduce<WIDE>(d[r], width, scratch, SumOp());
         }
+        lanes_reduce_rows<WIDE>(d, width, scratch, SumOp());
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
             const long long row = first + (long long)r * groups + group;
@@ -190,11 +206,13 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
 }
 
 // Dynamic shared memory of the block and cluster kernels: FUSED_SCRATCH bytes (32 acc_t of
-// reduction scratch, then 2 acc_t that the cluster's blocks read from each other), then the
-// block's slice of the row (its packs, as bits).
+// reduction scratch, 2 that the cluster's blocks read from each other, 2 for the merged pair),
+// then the block's slice of the row (its packs, as bits).
 constexpr int FUSED_SCRATCH = 48 * sizeof(acc_t);
 
 // Rows first, first + step, ... with this block holding slice `rank` of CL of each row's packs.
+// A block reduces its slice to (max, sum of exp against that max); a cluster merges the blocks'
+// pairs once.
 template <typename T, int V, int CL>
 __device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
                                   long long ldy, long long first, long long step, int rank) {
@@ -202,28 +220,28 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
-    acc_t* shared_m = scratch + 32;  // read by the cluster's other blocks
-    acc_t* shared_d = scratch + 33;
     const long long packs = (cols + V - 1) / V;
     const int per = int((packs + CL - 1) / CL);
     const long long k0 = (long long)rank * per;
+    const long long left = cols - k0 * V;  // elements of each row from this slice on
     const Staged<T, V> st{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
                           int(blockDim.x), int(max(0LL, min(packs, k0 + per) - k0))};
     for (long long row = first; row < rows; row += step) {
-        const long long left = cols - k0 * V;  // elements of the row from this slice on
         st.load(x + row * ldx + k0 * V, left);  // one DRAM read per element
         copy_wait();
         C m = block_reduce(st.max(), cscratch, MaxOp());
-        if constexpr (CL > 1) m = cluster_reduce<CL>(m, shared_m, cscratch, MaxOp());
-        // At most ~120 terms per thread in float, then the trees in double.
-        acc_t d = block_reduce(acc_t(st.sum(m)), scratch, SumOp());
+        // At most ~120 terms per thread in float, then the trees in double. A slice of only
+        // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
+        acc_t d = block_reduce(acc_t(st.sum(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
         if constexpr (CL > 1) {
-            d = cluster_reduce<CL>(d, shared_d, scratch, SumOp());
-            cluster_arrive<CL>();  // this block has read its peers' values for this row
+            const MD<C> s = cluster_merge<CL>(m, d, scratch + 32, scratch + 34);
+            m = s.m;
+            d = s.d;
+            cluster_arrive<CL>();  // this block has read its peers' pairs for this row
         }
         st.write(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
-        // Peers may still read shared_m / shared_d of this row until they arrive; the next row
-        // writes them again, and a block may not exit while its shared memory is being read.
+        // Peers may still read this block's pair of this row until they arrive; the next row
+        // writes it again, and a block may not exit while its shared memory is being read.
         if constexpr (CL > 1) cluster_wait<CL>();
     }
 }
@@ -256,7 +274,6 @@ __global__ void __launch_bounds__(1024)
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
-    __shared__ MD<C> merged[32];
     const Workspace ws(work, rows, 1);
     const long long groups = gridDim.x / chunks, c = blockIdx.x % chunks, k0 = c * (chunk / V);
     if (blockIdx.x >= groups * chunks) return;  // a whole block, before any barrier
@@ -278,7 +295,7 @@ __global__ void __launch_bounds__(1024)
         wait_count(ws.count + row, unsigned(chunks));
         MD<C> s = MD<C>::identity();  // the row's chunks, in a fixed order
         for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(row_part + 2 * k));
-        s = block_merge(s, merged);
+        s = block_merge(s, scratch);
         st[b].write(y + row * ldy + k0 * V, left, s.m, scale_of(s.d, C()));
     }
 }

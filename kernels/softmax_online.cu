@@ -2,11 +2,12 @@
 // Each row is a line of the two-pass schedule in common.cuh, cut into `chunks` chunks of `chunk`
 // elements (chunk a multiple of V):
 //
-//   read item   reads its chunk once and writes the chunk's (m, d) to the workspace; the block
-//               that completes the row's last chunk merges the row's chunks (a fixed order:
-//               strided over the threads, then the block merge).
-//   write item  reads its chunk again (from L2 when the row's group still is there) and writes
-//               exp(x - m) / d.
+//   read item   reads its chunk once, writes the chunk's (m, d) to the workspace and counts
+//               it (without waiting for the count).
+//   write item  waits until the row's chunks are all counted, merges their pairs (a fixed
+//               order: strided over the threads, then the block merge; 16 bytes of L2 reads per
+//               chunk of the row), reads its chunk again (from L2 when the row's group still is
+//               there) and writes exp(x - m) / d.
 //
 // DRAM traffic: 1 read + 1 write per element when a group's chunks stay in L2 between the two
 // passes (rows of a few MB at most), 2 reads + 1 write otherwise. The chunk length depends on
@@ -47,30 +48,26 @@ __device__ inline void walk_chunk(const T* xr, long long begin, long long end, F
     }
 }
 
-// A read item: the chunk's (m, d) into the workspace; the row's merge when it was its last chunk.
+// A read item: the chunk's (m, d) into the workspace, then counted (nothing waits for it).
 template <typename T, int V, typename C>
-__device__ inline void online_read(const T* xr, long long begin, long long end, long long c,
-                                   long long chunks, double* row_part, double* row_stats,
-                                   unsigned* row_count, MD<C>* scratch, int* flag) {
+__device__ inline void online_read(const T* xr, long long begin, long long end, double* chunk_part,
+                                   unsigned* row_count, acc_t* scratch) {
     MD<C> s = MD<C>::identity();
     walk_chunk<T, V>(xr, begin, end, [&](long long, C(&v)[V]) { s.push_pack(v); });
-    s = block_merge(s, scratch);
-    if (threadIdx.x == 0) put_md(row_part + 2 * c, s);
-    if (!chunk_done(row_count, chunks, flag, threadIdx.x == 0)) return;
-    MD<C> r = MD<C>::identity();  // this block completed the row: merge its chunks in order
-    for (long long k = threadIdx.x; k < chunks; k += blockDim.x) r.merge(get_md<C>(row_part + 2 * k));
-    r = block_merge(r, scratch);
-    if (threadIdx.x == 0) put_md(row_stats, r);
-    line_merged(row_count);
+    publish_chunk(chunk_part, block_merge(s, scratch), row_count);
 }
 
-// A write item: once the row is merged, exp(x - m) / d for the chunk.
+// A write item: once every chunk of the row is counted, the row's (m, d) from its chunks' pairs
+// (merged the same way by every write item of the row: the same bits), then exp(x - m) / d for
+// the chunk.
 template <typename T, int V, typename C>
 __device__ inline void online_write(const T* xr, T* yr, long long begin, long long end,
-                                    long long chunks, const double* row_stats,
-                                    const unsigned* row_count) {
-    wait_count(row_count, unsigned(chunks + 1));  // chunks counted, then merged
-    const MD<C> s = get_md<C>(row_stats);
+                                    long long chunks, const double* row_part,
+                                    const unsigned* row_count, acc_t* scratch) {
+    wait_count(row_count, unsigned(chunks));
+    MD<C> r = MD<C>::identity();
+    for (long long k = threadIdx.x; k < chunks; k += blockDim.x) r.merge(get_md<C>(row_part + 2 * k));
+    const MD<C> s = block_merge(r, scratch);
     const C scale = scale_of(s.d, C());
     walk_chunk<T, V>(xr, begin, end, [&](long long c0, C(&v)[V]) {
 #pragma unroll
@@ -87,9 +84,8 @@ __global__ void __launch_bounds__(ONLINE_THREADS, 2) softmax_online(const T* x, 
                                long long ldx, long long ldy, long long chunk, long long chunks,
                                long long per_group) {
     using C = compute_t<T>;
-    __shared__ MD<C> scratch[32];
+    __shared__ acc_t scratch[32];
     __shared__ unsigned long long slot;
-    __shared__ int flag;
     const Schedule plan{rows, chunks, per_group, (rows + per_group - 1) / per_group};
     const Workspace ws(work, rows, 1);
     for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), &slot); t < plan.tickets();) {
@@ -98,12 +94,13 @@ __global__ void __launch_bounds__(ONLINE_THREADS, 2) softmax_online(const T* x, 
         bool write;
         if (plan.item(t, row, c, write)) {
             const long long begin = c * chunk, end = min(cols, begin + chunk);
+            double* row_part = ws.part + 2 * row * chunks;
             if (write)
-                online_write<T, V, C>(x + row * ldx, y + row * ldy, begin, end, chunks,
-                                      ws.stats + 2 * row, ws.count + row);
+                online_write<T, V, C>(x + row * ldx, y + row * ldy, begin, end, chunks, row_part,
+                                      ws.count + row, scratch);
             else
-                online_read<T, V, C>(x + row * ldx, begin, end, c, chunks, ws.part + 2 * row * chunks,
-                                     ws.stats + 2 * row, ws.count + row, scratch, &flag);
+                online_read<T, V, C>(x + row * ldx, begin, end, row_part + 2 * c, ws.count + row,
+                                     scratch);
         }
         t = hand_over(next, &slot);
     }

@@ -99,10 +99,15 @@ def test_tiles_shape():
 
 
 def test_registers_shape():
-    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
-    assert (p.width, p.launches[0].template) == (8, (4, 1, 4))
-    p = rows_plan(256, 4, 4)  # 2 packs per lane: 2 rows per group keep 64 bytes in flight
-    assert (p.width, p.launches[0].template) == (32, (4, 2, 2))
+    assert d.WARP_LANE_VALUES == 8
+    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 2 rows each
+    assert (p.width, p.launches[0].template) == (8, (4, 1, 2))
+    p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, one row per group holds 8 values a lane
+    assert (p.width, p.launches[0].template) == (4, (8, 1, 1))
+    p = rows_plan(256, 4, 4)  # 2 packs per lane: already 8 values per lane, one row per group
+    assert (p.width, p.launches[0].template) == (32, (4, 2, 1))
+    p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
+    assert (p.width, p.launches[0].template) == (32, (1, 1, d.WARP_MAX_ROWS))
     p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
     assert (p.width, p.launches[0].template) == (32, (1, 32, 1))
     p = rows_plan(1024, 2, 8, method="registers")
@@ -126,14 +131,15 @@ def test_online_chunks_do_not_depend_on_the_batch():
     p = plans[0]
     assert p.chunk % p.vec == 0 and p.chunk * p.chunks >= 10**6 > p.chunk * (p.chunks - 1)
     huge = rows_plan(2**33, rows=3)
-    assert huge.chunks <= d.ONLINE_MAX_CHUNKS and huge.per_group == 1 and huge.lines == 3
+    assert huge.chunks == d.ONLINE_MAX_CHUNKS and huge.per_group == 1 and huge.lines == 3
+    assert rows_plan(2**24).chunk == d.ONLINE_MIN_CHUNK and rows_plan(2**27).chunk == 2**17
 
 
 def test_two_pass_groups_and_launch_size_from_the_device():
-    resident = H200.sm_count * 2048 // d.ONLINE_THREADS
-    p = rows_plan(2**18, rows=1000, method="online")  # 4 chunks per row
+    resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM
+    p = rows_plan(4 * d.ONLINE_MIN_CHUNK, rows=1000, method="online")  # 4 chunks per row
     assert p.chunks == 4 and p.launches[0].grid == resident
-    assert p.per_group == math.ceil(d.TWO_PASS_GROUP_WAVES * resident / 4)
+    assert p.per_group == math.ceil(d.ONLINE_GROUP_WAVES * resident / 4)
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
     assert few.per_group == 1 and few.launches[0].grid == min(resident, 2 * few.chunks)
     short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
@@ -201,24 +207,56 @@ def test_layout_policy():
     assert d.plan(rows, 4, (0, 0), H200).method == "registers"
     assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
-    p = d.plan(wide, 4, (0, 0), H200)
+    p = d.plan(wide, 4, (0, 0), A100)  # no clusters: the two-pass kernel
     assert p.method == "columns" and p.vec == 4 and p.width * 4 == d.COLUMNS_STRIP_COLS
     assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
     assert p.lines == 16384 // (4 * p.width) and d.COLUMNS_THREADS % p.width == 0
-    resident = H200.sm_count * 2048 // d.COLUMNS_THREADS
-    assert p.per_group == min(p.lines, math.ceil(d.TWO_PASS_GROUP_WAVES * resident / p.chunks))
+    resident = A100.sm_count * d.COLUMNS_BLOCKS_PER_SM
+    assert p.per_group == min(p.lines, math.ceil(d.COLUMNS_GROUP_WAVES * resident / p.chunks))
     few = d.plan(Layout(1, 4096, 20, (0, 20), (0, 20)), 2, (0, 0), H200, method="columns")
     assert (few.vec, few.width, few.lines) == (4, 8, 1)  # 5 packs: a strip of 8, 3 padding
-    assert d.plan(wide, 2, (0, 0), H200).vec == d.COLUMNS_MAX_VEC
+    assert d.plan(wide, 2, (0, 0), A100).vec == d.COLUMNS_MAX_VEC
     narrow = Layout(1, 4096, d.COLUMNS_MIN_INNER - 1, (0, 31), (0, 31))
     assert d.plan(narrow, 4, (0, 0), H200) is None  # transposing copy, then rows
     assert d.plan(narrow, 4, (0, 0), H200, method="columns").method == "columns"
     assert d.plan(None, 4, (0, 0), H200) is None
 
 
+def test_slab_policy():
+    """A strided axis times a strip of the inner axis that fits a cluster goes to the slab
+    kernel (the smallest cluster with small slices); a longer axis, float64 or a GPU without
+    clusters to the two-pass columns kernel; a forced slab that cannot run raises."""
+    def axis0(n, inner):
+        return Layout(1, n, inner, (0, inner), (0, inner))
+
+    p = d.plan(axis0(4096, 16384), 4, (0, 0), H200)
+    (launch,) = p.launches
+    size, strip = launch.template[1], p.width * 16
+    assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES
+    assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
+    assert launch.smem == d.SLAB_SCRATCH + math.ceil(4096 / size) * strip
+    assert math.ceil(4096 / size) * strip <= d.SLAB_SLICE_BYTES
+    assert size == d.CLUSTER_SIZES[0] or math.ceil(4096 / (size // 2)) * strip > d.SLAB_SLICE_BYTES
+    top = H200.max_cluster * ((H200.smem_per_block - d.SLAB_SCRATCH) // strip)  # steps held
+    assert d.plan(axis0(top, 4096), 4, (0, 0), H200).method == "slab"
+    assert d.plan(axis0(top + 1, 4096), 4, (0, 0), H200).method == "columns"
+    narrow = d.plan(axis0(4096, 40), 4, (0, 0), H200)  # 10 packs of 4 in strips of `strip` bytes
+    assert (narrow.method, narrow.width) == ("slab", strip // 16)
+    assert narrow.lines == math.ceil(40 / (4 * narrow.width))
+    odd = d.plan(axis0(100, 33), 4, (0, 0), H200)  # packs of 1
+    assert (odd.vec, odd.width, odd.lines) == (1, strip // 4, math.ceil(33 / (strip // 4)))
+    assert d.plan(axis0(100, 3), 4, (0, 0), H200, method="slab").width == 4  # 3 columns: 4 lanes
+    for layout, itemsize, limits in ((axis0(4096, 16384), 4, A100), (axis0(4096, 16384), 8, H200),
+                                     (axis0(top + 1, 4096), 4, H200)):
+        assert d.plan(layout, itemsize, (0, 0), limits).method == "columns"
+        with pytest.raises(ValueError, match="slab"):
+            d.plan(layout, itemsize, (0, 0), limits, method="slab")
+
+
 def test_columns_chunks_depend_on_the_axis_only():
-    plans = [d.plan(Layout(o, 50000, 64, (50000 * 64, 64), (50000 * 64, 64)), 4, (0, 0), H200)
-             for o in (1, 9)]
+    plans = [d.plan(Layout(o, 70000, 64, (70000 * 64, 64), (70000 * 64, 64)), 4, (0, 0), H200)
+             for o in (1, 9)]  # 70000 steps of a 64-byte strip: more than a cluster holds
+    assert {p.method for p in plans} == {"columns"}
     assert {(p.chunk, p.chunks) for p in plans} == {(plans[0].chunk, plans[0].chunks)}
     assert plans[0].chunks <= d.COLUMNS_MAX_CHUNKS and plans[0].chunk >= d.COLUMNS_MIN_CHUNK
 

@@ -8,12 +8,13 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import _dispatch
+from cusoftmax._layout import Layout
 from _support import BF16, FLOAT_DTYPES, assert_softmax, build, make_values, requires_gpu, to_host, views
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 pytestmark = requires_gpu
 
-ROW_METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns")
+ROW_METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
 
 
 def limits():
@@ -36,7 +37,7 @@ def runnable(method, cols, dtype):
     """Whether the policy accepts a forced method for rows of `cols` 16-byte-aligned elements."""
     isz = np.dtype(dtype).itemsize
     try:
-        _dispatch.plan_rows(1, cols, isz, 16 // isz, limits(), method)
+        _dispatch.plan(Layout(1, cols, 1, (cols, 1), (cols, 1)), isz, (0, 0), limits(), method)
     except ValueError:
         return False
     return True
@@ -130,7 +131,7 @@ def test_deterministic_and_batch_independent(method):
 
 
 @pytest.mark.parametrize("shape,axis", [((300, 4096), 0), ((4096, 300), 0), ((64, 33), 0),
-                                        ((8, 130, 70), 1), ((5, 6, 7, 8), (0, 2))])
+                                        ((8, 130, 70), 1), ((3, 300, 5000), 1), ((5, 6, 7, 8), (0, 2))])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_strided_axes(shape, axis, dtype):
     x = cupy.asarray(make_values(np.random.default_rng(8), shape, np.dtype(dtype)))
@@ -138,6 +139,11 @@ def test_strided_axes(shape, axis, dtype):
     if not isinstance(axis, tuple):
         assert_softmax(poisoned_softmax(x, axis=axis, method="columns"), x, axis)
         assert_softmax(poisoned_softmax(x, axis=axis, method="online"), x, axis)
+        if limits().clusters and x.itemsize <= 4:
+            assert_softmax(poisoned_softmax(x, axis=axis, method="slab"), x, axis)
+        else:
+            with pytest.raises(ValueError, match="slab"):
+                cusoftmax.softmax(x, axis=axis, method="slab")
 
 
 @pytest.mark.parametrize("kind", ["online", "columns"])
