@@ -2,7 +2,8 @@
 # The GPU checks CI cannot run, in one call: the whole test suite, compute-sanitizer over the GPU
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
-#   tools/gpu_check.sh [tests] [sanitize] [bench] [bench-quick] [tune] [profile]
+#   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
+#                      [tune-short] [tune-axis0] [tune-cluster] [tune-online] [profile]
 #                                                      (default: tests sanitize bench)
 #
 # tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
@@ -40,7 +41,11 @@ pytest=(python3 -m pytest -q -p no:cacheprovider)
 
 for what in ${@:-tests sanitize bench}; do
     case $what in
+    smoke)  # every method once, a 120 s limit; stops the run when it fails
+        LIMIT=120 step smoke smoke.log env PYTHONPATH=. python3 tools/smoke.py
+        [ ${#failed[@]} -eq 0 ] || { echo "smoke failed: stopping"; exit 1; } ;;
     tests) step pytest pytest.log "${pytest[@]}" ;;
+    gpu-tests) step pytest-gpu pytest.log "${pytest[@]}" tests/test_gpu.py ;;
     sanitize)
         step memcheck sanitizer.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_gpu.py
         step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
@@ -53,12 +58,38 @@ for what in ${@:-tests sanitize bench}; do
         --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats \
         -k "regex:softmax|online|columns" env PYTHONPATH=. python3 tools/profile_cases.py
         step host ncu.log env PYTHONPATH=. python3 tools/profile_cases.py host ;;
-    tune) step tune bench.log python3 -m cusoftmax.bench --out "$OUT/tune" --repeat 15 \
-            --dtypes float32,bfloat16 --peers none --no-axis0 --methods block,cluster,grid,online \
-            --widths 32768,65536,262144,524288,1048576,4194304
-        # A tuning constant against another value, e.g.:
-        # step tune-x bench.log env PYTHONPATH=. python3 tools/bench_variant.py NAME=VALUE -- BENCH ARGS
+    tune)  # forced methods where the policy switches
+        step tune bench.log python3 -m cusoftmax.bench --out "$OUT/tune" --repeat 10 \
+            --dtypes float32,bfloat16 --peers none --no-long --no-axis0 \
+            --widths 8192,16384,32768,65536,131072,262144,524288,1048576 --methods block,cluster,grid,online
         step host-launch bench.log env PYTHONPATH=. python3 tools/host_launch.py ;;
+    # The tuning constants of cusoftmax/_dispatch.py against other values (tools/bench_variant.py).
+    tune-short)
+        for v in WARP_LANE_VALUES=8 WARP_LANE_VALUES=4 WARP_LANE_VALUES=16 REGISTERS_MAX_COLS=0; do
+            step "tune-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py "$v" -- \
+                --out "$OUT/tune-short" --repeat 15 --dtypes float32,bfloat16 --peers none --no-axis0 \
+                --no-long --widths 32,64,128,256,512,1024
+        done ;;
+    tune-axis0)
+        for v in SLAB_STRIP_BYTES=64 SLAB_STRIP_BYTES=128 SLAB_SLICE_BYTES=32768 \
+                 SLAB_SLICE_BYTES=131072 SLAB_MAX_THREADS=128; do
+            step "tune-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py "$v" -- \
+                --out "$OUT/tune-axis0" --repeat 10 --dtypes float32,bfloat16 --peers none --no-long \
+                --widths 32 --methods slab,columns
+        done ;;
+    tune-cluster)
+        for v in 32768 65536 131072; do
+            step "tune-cluster-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
+                CLUSTER_SLICE_BYTES=$v -- --out "$OUT/tune-cluster" --repeat 10 --dtypes float32,bfloat16 \
+                --peers none --no-long --no-axis0 --widths 65536,131072,262144,524288 --methods cluster
+        done ;;
+    tune-online)  # online chunk length and group size (in waves of items)
+        for v in 32768_0.5 65536_0.5 65536_2 131072_0.5; do
+            step "tune-online-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
+                ONLINE_MIN_CHUNK=${v%_*} ONLINE_GROUP_WAVES=${v#*_} -- --out "$OUT/tune-online" \
+                --repeat 10 --dtypes float32,bfloat16 --peers none --no-axis0 --methods online \
+                --widths 1048576,4194304
+        done ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
     *) echo "unknown step $what"; exit 2 ;;

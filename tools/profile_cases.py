@@ -10,7 +10,7 @@ import numpy as np
 import cusoftmax
 
 DEFAULT = ["bfloat16:2097152:32:-1", "bfloat16:262144:256:-1", "float32:64:1048576:-1",
-           "bfloat16:128:524288:-1", "float32:4096:16384:0"]
+           "bfloat16:128:524288:-1", "float32:4096:16384:0", "bfloat16:16384:4096:0"]
 
 
 def main(cases):
