@@ -173,6 +173,14 @@ def _plan(shape, xs, ys, axes, itemsize, align, device_id, method):
     return layout, _dispatch.plan(layout, itemsize, align, limits, method)
 
 
+def _launcher(x, y, axes, method):
+    """``run(x, y)`` for CuPy arrays like these (cached per call signature), or None when no
+    kernel takes their strides."""
+    layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
+                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method)
+    return None if plan is None else _kernels.bind(plan, layout, x.dtype.name, x.device.id)
+
+
 def _gpu(x, axes, out, dtype, method, remember=None):
     """Softmax of CuPy array x into out (or a new array). ``remember``: (the caller's x, axis)
     to enter the fast path's table when this call qualifies."""
@@ -186,12 +194,10 @@ def _gpu(x, axes, out, dtype, method, remember=None):
             return y
         if out is not None and not _same_view(x, out) and cupy.may_share_memory(x, out):
             y = cupy.empty_like(x)  # a partial overlap: compute aside, then copy into out
-        layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
-                             (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method)
-        if plan is None:
+        run = _launcher(x, y, axes, method)
+        if run is None:
             _transposed(x, y, axes, method)
         else:
-            run = _kernels.bind(plan, layout, x.dtype.name, x.device.id)
             run(x, y)
             if remember is not None and remember[0] is x and method is None:
                 _remember(x, remember[1], run)
@@ -211,7 +217,5 @@ def _transposed(x, y, axes, method):
     last = tuple(range(x.ndim - len(axes), x.ndim))
     xt = cupy.ascontiguousarray(cupy.moveaxis(x, axes, last))
     yt = cupy.empty_like(xt)
-    layout, plan = _plan(xt.shape, _elem_strides(xt), _elem_strides(yt), last, xt.itemsize,
-                         (xt.data.ptr % 16, yt.data.ptr % 16), xt.device.id, method)
-    _kernels.bind(plan, layout, xt.dtype.name, xt.device.id)(xt, yt)
+    _launcher(xt, yt, last, method)(xt, yt)  # contiguous rows: always a kernel
     cupy.moveaxis(y, axes, last)[...] = yt

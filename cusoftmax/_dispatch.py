@@ -1,4 +1,4 @@
-"""THE dispatch policy: (layout, dtype, addresses, device limits) -> a plan of kernel launches.
+"""THE dispatch policy: (layout, dtype, addresses, device limits) -> a plan: one kernel launch.
 
 Read top-down, the choice is::
 
@@ -238,12 +238,12 @@ class Launch:
 class Plan:
     method: str
     vec: int  # elements per vector access
-    launches: tuple[Launch, ...]
+    launch: Launch
     chunk: int = 0  # online, columns: elements of the reduced axis per chunk
     chunks: int = 0  # online, columns: chunks per line
-    width: int = 0  # registers, tiles: lanes per row; columns: packs per strip
+    width: int = 0  # registers, tiles: lanes per row; columns, slab: packs per strip
     per_group: int = 0  # online, columns: lines per group
-    lines: int = 0  # grid, online, columns: rows or strips (the workspace's size)
+    lines: int = 0  # grid, online, columns: rows or strips (the workspace's size); slab: strips
 
 
 def _pow2_at_least(v: int) -> int:
@@ -331,7 +331,7 @@ def _registers(rows, cols, vec, limits) -> Plan:
     block = max(WARP_BLOCK, width)
     grid = _looped_grid(rows, block // width * max(1, batch), block, limits)
     launch = Launch("softmax_registers", (vec, per_lane, batch), grid, block)
-    return Plan("registers", vec, (launch,), width=width)
+    return Plan("registers", vec, launch, width=width)
 
 
 def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
@@ -346,7 +346,7 @@ def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
         return None
     grid = _looped_grid(rows, warps * 32 // width * batch, TILES_BLOCK, limits)
     launch = Launch("softmax_tiles", (vec, batch), grid, TILES_BLOCK, smem)
-    return Plan("tiles", vec, (launch,), width=width)
+    return Plan("tiles", vec, launch, width=width)
 
 
 def _threads_for(slice_bytes):
@@ -357,7 +357,7 @@ def _block(rows, cols, itemsize, vec) -> Plan:
     row_bytes = _padded_bytes(cols, itemsize, vec)
     launch = Launch("softmax_block", (vec,), min(MAX_GRID, rows), _threads_for(row_bytes),
                     BLOCK_SCRATCH + row_bytes)
-    return Plan("block", vec, (launch,))
+    return Plan("block", vec, launch)
 
 
 def _cluster_size(slice_bytes, limits, scratch=BLOCK_SCRATCH, small=None):
@@ -383,7 +383,7 @@ def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     grid = min(MAX_GRID // size, rows) * size
     launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes),
                     BLOCK_SCRATCH + slice_bytes)
-    return Plan("cluster", vec, (launch,))
+    return Plan("cluster", vec, launch)
 
 
 def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves, limits,
@@ -394,7 +394,7 @@ def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves,
     per_group = min(lines, math.ceil(waves * resident / chunks))
     grid = min(MAX_GRID, resident, 2 * lines * chunks)
     launch = Launch(kernel, (vec,), grid, threads)
-    return Plan(method, vec, (launch,), chunk=chunk, chunks=chunks, width=width,
+    return Plan(method, vec, launch, chunk=chunk, chunks=chunks, width=width,
                 per_group=per_group, lines=lines)
 
 
@@ -420,7 +420,7 @@ def _grid_rows(rows, cols, itemsize, vec, limits) -> Plan | None:
     groups = min(limits.sm_count * max(1, per_sm) // chunks, rows)  # _kernels caps it at residency
     grid = groups * chunks
     launch = Launch("softmax_grid", (vec,), grid, threads, smem)
-    return Plan("grid", vec, (launch,), chunk=per * vec, chunks=chunks, lines=rows)
+    return Plan("grid", vec, launch, chunk=per * vec, chunks=chunks, lines=rows)
 
 
 def _online(rows, cols, vec, limits) -> Plan:
@@ -459,7 +459,7 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
     threads = min(SLAB_MAX_THREADS, _threads_for(slice_bytes))
     grid = min(outer * strips, MAX_GRID // size) * size
     launch = Launch("softmax_slab", (vec, size), grid, threads, SLAB_SCRATCH + slice_bytes)
-    return Plan("slab", vec, (launch,), width=width, lines=outer * strips)
+    return Plan("slab", vec, launch, width=width, lines=outer * strips)
 
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:

@@ -140,7 +140,7 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     on the current stream. Everything but the two arrays' addresses is prepared here, once."""
     import cupy
 
-    (launch,) = plan.launches
+    launch = plan.launch
     fn = _bound(launch, dtype_name, device_id)
     outer, n, inner = layout.outer, layout.n, layout.inner
     (xso, xsn), (yso, ysn) = layout.xs, layout.ys

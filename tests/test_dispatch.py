@@ -54,12 +54,13 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     for cols, method in cases:
         p = rows_plan(cols, itemsize, vec, limits)
         assert p.method == method, (cols, p)
-        assert set((l.kernel, l.template) for l in p.launches) <= set(d.templates(itemsize))
-        assert all(0 < l.grid <= d.MAX_GRID and l.block % 32 == 0 for l in p.launches)
-        assert all(l.smem <= limits.smem_per_block for l in p.launches)
+        launch = p.launch
+        assert (launch.kernel, launch.template) in set(d.templates(itemsize))
+        assert 0 < launch.grid <= d.MAX_GRID and launch.block % 32 == 0
+        assert launch.smem <= limits.smem_per_block
         if method == "cluster":
-            size = p.launches[0].template[1]
-            assert size in d.CLUSTER_SIZES and p.launches[0].grid % size == 0
+            size = p.launch.template[1]
+            assert size in d.CLUSTER_SIZES and p.launch.grid % size == 0
 
 
 def test_block_limit_tracks_the_device():
@@ -73,7 +74,7 @@ def test_block_limit_tracks_the_device():
 def test_cluster_size_is_the_smallest_with_small_slices():
     for cols in (16385, 32768, 65536, 131072, 262144, 400000):
         p = rows_plan(cols, method="cluster")
-        size, slice_bytes = p.launches[0].template[1], p.launches[0].smem - d.BLOCK_SCRATCH
+        size, slice_bytes = p.launch.template[1], p.launch.smem - d.BLOCK_SCRATCH
         assert slice_bytes * size >= cols * 4
         smaller = [s for s in d.CLUSTER_SIZES if s < size]
         if slice_bytes > d.CLUSTER_SLICE_BYTES:  # none holds it in small slices: the smallest that fits
@@ -88,12 +89,12 @@ def test_cluster_size_is_the_smallest_with_small_slices():
 
 def test_tiles_shape():
     p = rows_plan(32, 2, 8, method="tiles")  # 4 packs: 4 lanes, 8 groups per warp, 8 rows each
-    assert (p.width, p.launches[0].template) == (4, (8, 8))
-    assert p.launches[0].smem == d.TILES_BLOCK // 32 * d.TILES_WARP_BYTES
+    assert (p.width, p.launch.template) == (4, (8, 8))
+    assert p.launch.smem == d.TILES_BLOCK // 32 * d.TILES_WARP_BYTES
     p = rows_plan(1024, 2, 8)  # 2 KiB rows: 2 per warp
-    assert (p.method, p.width, p.launches[0].template) == ("tiles", 32, (8, 2))
+    assert (p.method, p.width, p.launch.template) == ("tiles", 32, (8, 2))
     p = rows_plan(3000, 4, 1, method="tiles")  # one row per warp beyond TILES_WARP_BYTES
-    assert p.launches[0].template == (1, 1) and p.launches[0].smem == 4 * 3000 * 4
+    assert p.launch.template == (1, 1) and p.launch.smem == 4 * 3000 * 4
     with pytest.raises(ValueError, match="tiles"):
         rows_plan(20000, 4, 4, method="tiles")
 
@@ -101,24 +102,24 @@ def test_tiles_shape():
 def test_registers_shape():
     assert d.WARP_LANE_VALUES == 8
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 2 rows each
-    assert (p.width, p.launches[0].template) == (8, (4, 1, 2))
+    assert (p.width, p.launch.template) == (8, (4, 1, 2))
     p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, one row per group holds 8 values a lane
-    assert (p.width, p.launches[0].template) == (4, (8, 1, 1))
+    assert (p.width, p.launch.template) == (4, (8, 1, 1))
     p = rows_plan(256, 4, 4)  # 2 packs per lane: already 8 values per lane, one row per group
-    assert (p.width, p.launches[0].template) == (32, (4, 2, 1))
+    assert (p.width, p.launch.template) == (32, (4, 2, 1))
     p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
-    assert (p.width, p.launches[0].template) == (32, (1, 1, d.WARP_MAX_ROWS))
+    assert (p.width, p.launch.template) == (32, (1, 1, d.WARP_MAX_ROWS))
     p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
-    assert (p.width, p.launches[0].template) == (32, (1, 32, 1))
+    assert (p.width, p.launch.template) == (32, (1, 32, 1))
     p = rows_plan(1024, 2, 8, method="registers")
-    assert (p.width, p.launches[0].template) == (32, (8, 4, 1))
+    assert (p.width, p.launch.template) == (32, (8, 4, 1))
     big = rows_plan(32, 4, 4, rows=2**30)
-    assert big.launches[0].grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
+    assert big.launch.grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
     # wide rows: 16 values per lane, lanes a power of two, a block per row up to 1024 lanes
     p = rows_plan(5000, 2, 8, method="registers")
-    assert (p.width, p.launches[0].template, p.launches[0].block) == (512, (8, 2, 0), 512)
+    assert (p.width, p.launch.template, p.launch.block) == (512, (8, 2, 0), 512)
     p = rows_plan(1025, 4, 4, method="registers")
-    assert (p.width, p.launches[0].template, p.launches[0].block) == (128, (4, 4, 0), 128)
+    assert (p.width, p.launch.template, p.launch.block) == (128, (4, 4, 0), 128)
     top = d.REGISTERS_MAX_LANES * d.REGISTERS_WIDE_VALUES
     assert rows_plan(top, 8, 2, method="registers").width == d.REGISTERS_MAX_LANES
     with pytest.raises(ValueError, match="registers"):
@@ -138,12 +139,12 @@ def test_online_chunks_do_not_depend_on_the_batch():
 def test_two_pass_groups_and_launch_size_from_the_device():
     resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM
     p = rows_plan(4 * d.ONLINE_MIN_CHUNK, rows=1000, method="online")  # 4 chunks per row
-    assert p.chunks == 4 and p.launches[0].grid == resident
+    assert p.chunks == 4 and p.launch.grid == resident
     assert p.per_group == math.ceil(d.ONLINE_GROUP_WAVES * resident / 4)
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
-    assert few.per_group == 1 and few.launches[0].grid == min(resident, 2 * few.chunks)
+    assert few.per_group == 1 and few.launch.grid == min(resident, 2 * few.chunks)
     short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
-    assert (short.per_group, short.chunks, short.launches[0].grid) == (3, 1, 6)
+    assert (short.per_group, short.chunks, short.launch.grid) == (3, 1, 6)
     nbytes, zeroed = d.workspace_bytes(p)
     assert zeroed == 8 + 4 * 1000 and nbytes == zeroed + 16 * 1000 * (1 + p.chunks)
 
@@ -156,8 +157,8 @@ def test_grid_rows_fit_a_chunk_per_sm(limits, itemsize):
     for cols in (1, 1000, 10**5, gtop - 1, gtop):
         p = rows_plan(cols, itemsize, vec, limits, rows=7, method="grid")
         assert p.chunks <= limits.sm_count and p.chunk * p.chunks >= cols
-        assert p.launches[0].smem <= limits.smem_per_block - d.GRID_STATIC_BYTES
-        assert p.launches[0].grid % p.chunks == 0 and p.lines == 7
+        assert p.launch.smem <= limits.smem_per_block - d.GRID_STATIC_BYTES
+        assert p.launch.grid % p.chunks == 0 and p.lines == 7
     with pytest.raises(ValueError, match="grid"):
         rows_plan(gtop + 1, itemsize, vec, limits, method="grid")
 
@@ -166,7 +167,7 @@ def test_grid_rows_chunks():
     p = rows_plan(2**20, rows=64, method="grid")  # 4 MiB rows: a chunk per SM
     assert p.method == "grid" and p.chunks <= H200.sm_count
     assert p.chunk * p.chunks >= 2**20 > p.chunk * (p.chunks - 1) and p.chunk % p.vec == 0
-    launch = p.launches[0]
+    launch = p.launch
     assert launch.smem == d.BLOCK_SCRATCH + 2 * 4 * p.chunk and launch.grid <= 64 * p.chunks
     small = rows_plan(300000, method="grid")  # chunks of the least size
     assert 4 * small.chunk == d.GRID_MIN_CHUNK_BYTES and small.chunks == math.ceil(300000 / small.chunk)
@@ -178,8 +179,8 @@ def test_grid_is_capped_for_huge_batches():
     for cols, method in ((2, "registers"), (5000, "registers"), (5000, "block"), (2, "online"),
                          (70000, "cluster")):
         p = rows_plan(cols, 4, 1, rows=2**40, method=method)
-        assert all(l.grid <= d.MAX_GRID for l in p.launches)
-    assert rows_plan(10000, 4, 1, rows=2**40).launches[0].grid == d.MAX_GRID
+        assert p.launch.grid <= d.MAX_GRID
+    assert rows_plan(10000, 4, 1, rows=2**40).launch.grid == d.MAX_GRID
 
 
 @pytest.mark.parametrize(
@@ -230,7 +231,7 @@ def test_slab_policy():
         return Layout(1, n, inner, (0, inner), (0, inner))
 
     p = d.plan(axis0(4096, 16384), 4, (0, 0), H200)
-    (launch,) = p.launches
+    launch = p.launch
     size, strip = launch.template[1], p.width * 16
     assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
