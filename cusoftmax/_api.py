@@ -173,7 +173,7 @@ def _plan(shape, xs, ys, axes, itemsize, align, device_id, method):
     return layout, _dispatch.plan(layout, itemsize, align, limits, method)
 
 
-def _launcher(x, y, axes, method):
+def _runner(x, y, axes, method):
     """``run(x, y)`` for CuPy arrays like these (cached per call signature), or None when no
     kernel takes their strides."""
     layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
@@ -194,7 +194,7 @@ def _gpu(x, axes, out, dtype, method, remember=None):
             return y
         if out is not None and not _same_view(x, out) and cupy.may_share_memory(x, out):
             y = cupy.empty_like(x)  # a partial overlap: compute aside, then copy into out
-        run = _launcher(x, y, axes, method)
+        run = _runner(x, y, axes, method)
         if run is None:
             _transposed(x, y, axes, method)
         else:
@@ -217,5 +217,5 @@ def _transposed(x, y, axes, method):
     last = tuple(range(x.ndim - len(axes), x.ndim))
     xt = cupy.ascontiguousarray(cupy.moveaxis(x, axes, last))
     yt = cupy.empty_like(xt)
-    _launcher(xt, yt, last, method)(xt, yt)  # contiguous rows: always a kernel
+    _runner(xt, yt, last, method)(xt, yt)  # contiguous rows: always a kernel
     cupy.moveaxis(y, axes, last)[...] = yt
