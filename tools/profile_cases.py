@@ -8,6 +8,7 @@ import cupy
 import numpy as np
 
 import cusoftmax
+from cusoftmax.bench import _dtype
 
 DEFAULT = ["bfloat16:2097152:32:-1", "bfloat16:262144:256:-1", "float32:64:1048576:-1",
            "bfloat16:128:524288:-1", "float32:4096:16384:0", "bfloat16:16384:4096:0"]
@@ -16,7 +17,7 @@ DEFAULT = ["bfloat16:2097152:32:-1", "bfloat16:262144:256:-1", "float32:64:10485
 def main(cases):
     for case in cases:
         name, rows, cols, axis = case.split(":")
-        dtype = np.dtype(name) if name != "bfloat16" else np.dtype(__import__("ml_dtypes").bfloat16)
+        dtype = _dtype(cupy, name)
         x = (cupy.random.default_rng(0).standard_normal((int(rows), int(cols)), dtype=cupy.float32) * 3).astype(dtype)
         cusoftmax.softmax(x, axis=int(axis))
         cupy.cuda.Device().synchronize()
