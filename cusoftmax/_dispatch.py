@@ -68,7 +68,9 @@ WARP_BLOCK = 128
 # 0.78 / 0.77 / 0.76 / 0.74 / 0.82, 16 bytes 0.83 / 0.82 / 0.80 / 0.78 / 0.82; float32 32 to
 # 512: 64 bytes 0.95 to 0.98, 32 bytes 0.95 to 0.97, 16 bytes 0.93 to 0.96. So 8 elements: 32
 # bytes of float32, 16 of bfloat16. The tiles kernel on the same rows (run 3): float32 0.77 to
-# 0.96, bfloat16 0.63 to 0.83.
+# 0.96, bfloat16 0.63 to 0.83. Fifth session, run 1, with about 15 instructions per element in
+# place of 22 (lanes per row at compile time, bfloat16 pairs unpacked per word, exp by one FFMA):
+# bfloat16 32 / 64 / 128 / 256 / 512 at 0.95 / 0.95 / 0.95 / 0.95 / 0.96, float32 0.95 to 0.98.
 WARP_LANE_VALUES = 8
 WARP_MAX_ROWS = 4
 # Grid: at most WARP_WAVES full residencies of the block size; units loop over rows.
@@ -262,14 +264,12 @@ def templates(itemsize: int, clusters: bool = True):
     """Every (kernel, template arguments) this policy can emit for one element size
     (``clusters``: include the cluster kernels, which need sm_90)."""
     for vec in (1 << k for k in range((16 // itemsize).bit_length())):
-        per_lane = 1
-        while per_lane * vec <= REGISTERS_MAX_PER_LANE:
-            for rows in (1, 2, 4):
-                if rows <= WARP_MAX_ROWS and rows * per_lane * vec <= REGISTERS_MAX_PER_LANE:
-                    yield "softmax_registers", (vec, per_lane, rows)
-            if per_lane * vec == REGISTERS_WIDE_VALUES:
-                yield "softmax_registers", (vec, per_lane, 0)  # a row spans several warps
-            per_lane *= 2
+        for width in (1 << k for k in range(6)):  # short rows: a pack per lane below 32 lanes
+            per_lane = 1
+            while per_lane * vec <= (REGISTERS_MAX_PER_LANE if width == 32 else vec):
+                yield "softmax_registers", (vec, per_lane, _short_batch(per_lane, vec), width)
+                per_lane *= 2
+        yield "softmax_registers", (vec, REGISTERS_WIDE_VALUES // vec, 0, 0)  # several warps
         for rows in TILES_ROWS:
             yield "softmax_tiles", (vec, rows)
         yield "softmax_block", (vec,)
@@ -322,15 +322,23 @@ def _registers_shape(cols, vec):
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
 
 
+def _short_batch(per_lane, vec):
+    """Rows per lane group per iteration for short rows: about WARP_LANE_VALUES elements per
+    lane, at most WARP_MAX_ROWS."""
+    batch = 1
+    while batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec <= WARP_LANE_VALUES:
+        batch *= 2
+    return batch
+
+
 def _registers(rows, cols, vec, limits) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec)
-    if batch is None:  # short rows: R rows per lane group, WARP_LANE_VALUES elements per lane
-        batch = 1
-        while batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec <= WARP_LANE_VALUES:
-            batch *= 2
+    # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
+    # lanes at compile time (their shuffles unroll); wide rows (batch 0) take them at run time.
+    template = (vec, per_lane, 0, 0) if batch == 0 else (vec, per_lane, _short_batch(per_lane, vec), width)
     block = max(WARP_BLOCK, width)
-    grid = _looped_grid(rows, block // width * max(1, batch), block, limits)
-    launch = Launch("softmax_registers", (vec, per_lane, batch), grid, block)
+    grid = _looped_grid(rows, block // width * max(1, template[2]), block, limits)
+    launch = Launch("softmax_registers", template, grid, block)
     return Plan("registers", vec, launch, width=width)
 
 

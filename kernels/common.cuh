@@ -33,6 +33,13 @@ template <> struct Traits<__half> {
     using T2 = __half2;  // two elements in one register
     __device__ static __half2 pair(float lo, float hi) { return __floats2half2_rn(lo, hi); }
     __device__ static float in(B b) { return __half2float(__ushort_as_half(b)); }
+    __device__ static void in_pair(unsigned w, float& lo, float& hi) {  // two elements in a word
+        __half2 h;
+        memcpy(&h, &w, sizeof h);
+        const float2 f = __half22float2(h);
+        lo = f.x;
+        hi = f.y;
+    }
     __device__ static B out(float v) { return __half_as_ushort(__float2half_rn(v)); }
 };
 template <> struct Traits<__nv_bfloat16> {
@@ -41,6 +48,10 @@ template <> struct Traits<__nv_bfloat16> {
     using T2 = __nv_bfloat162;
     __device__ static __nv_bfloat162 pair(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
     __device__ static float in(B b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
+    __device__ static void in_pair(unsigned w, float& lo, float& hi) {  // one instruction each
+        lo = __uint_as_float(w << 16);
+        hi = __uint_as_float(w & 0xffff0000u);
+    }
     __device__ static B out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 };
 template <typename T> using compute_t = typename Traits<T>::C;
@@ -59,6 +70,24 @@ __device__ inline float fast_exp(float t) {
 }
 __device__ inline double fast_exp(double t) { return exp(t); }
 
+// exp(x - m) for every element of a slice whose max is m, as 2^(x * log2(e) - s) with one
+// shift s = m * log2(e) rounded once per slice: FFMA and MUFU.EX2, one instruction fewer than
+// fast_exp(x - m). Softmax does not depend on the shift, as long as the slice's sum and its
+// writes use the same one, so the rounding of s cancels; what remains per term is 2^-22
+// (ex2.approx) + |x - m| * 2^-24 (the FFMA's rounding), as fast_exp's. s must be finite:
+// shift_ok(m) holds for finite |m| <= FLT_MAX / log2(e); other slices (|m| huge, +-inf or NaN)
+// take fast_exp(x - m), whose special cases are those of SciPy. double: never shifted.
+__device__ inline bool shift_ok(float m) { return fabsf(m) <= 2.3e38f; }
+__device__ inline bool shift_ok(double) { return false; }
+__device__ inline float shift_of(float m) { return m * 1.4426950408889634f; }
+__device__ inline double shift_of(double m) { return m; }
+__device__ inline float exp_shifted(float x, float s) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, 1.4426950408889634f, -s)));
+    return r;
+}
+__device__ inline double exp_shifted(double x, double s) { return fast_exp(x - s); }
+
 template <typename C> __device__ inline C neg_inf();
 template <> __device__ inline float neg_inf<float>() { return -__int_as_float(0x7f800000); }
 template <> __device__ inline double neg_inf<double>() { return -__longlong_as_double(0x7ff0000000000000LL); }
@@ -72,11 +101,17 @@ template <typename C> __device__ inline C term(C x, C m) {
 }
 
 // y = e / d written as e * (1/d). For a slice of all -inf: e = 0, 1/d = inf, y = NaN (as SciPy).
-// Float results take a float reciprocal (correctly rounded, MUFU.RCP and a fix-up), also of a
-// double sum (rounded to float first: 2 roundings, 1.2e-7 relative): a double division per row
-// and lane costs about as much as the rest of the work on a short half-type row.
-__device__ inline float scale_of(float d, float) { return __frcp_rn(d); }
-__device__ inline float scale_of(acc_t d, float) { return __frcp_rn(float(d)); }
+// Float results take MUFU.RCP alone (rcp.approx.ftz, at most 1 ulp off), also of a double sum
+// (rounded to float first: 1.8e-7 relative in all): a double division per row and lane costs
+// about as much as the rest of the work on a short half-type row, and the correctly rounded
+// __frcp_rn adds a fix-up and a slow-path branch. d is at least 1 (the max's own term), 0 or
+// NaN, so flushing subnormals changes nothing.
+__device__ inline float scale_of(float d, float) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return r;
+}
+__device__ inline float scale_of(acc_t d, float) { return scale_of(float(d), 0.0f); }
 __device__ inline double scale_of(acc_t d, double) { return 1.0 / d; }
 
 // ---- 16-byte (or narrower) vector access. V elements of T, aligned to V * sizeof(T).
@@ -226,6 +261,7 @@ __device__ inline R block_reduce(R v, R* scratch, Op op) {
 template <bool WIDE, int RR, typename R, typename Op>
 __device__ inline void lanes_reduce_rows(R (&v)[RR], int width, R* scratch, Op op) {
     if constexpr (!WIDE) {
+#pragma unroll
         for (int o = width / 2; o > 0; o >>= 1)
 #pragma unroll
             for (int r = 0; r < RR; ++r) v[r] = op(v[r], __shfl_xor_sync(0xffffffffu, v[r], o));
@@ -260,32 +296,63 @@ template <typename T> __device__ inline typename Traits<T>::B* bits(T* p) {
     return reinterpret_cast<typename Traits<T>::B*>(p);
 }
 
-// Loads the pack at column c of a row of `cols` elements: one vector load when the whole pack is
-// inside the row, element loads for the pack that straddles the end, the bits of `fill` past it.
-template <typename T, int V, typename C>
-__device__ inline Pack<T, V> load_row_bits(const T* row, long long c, long long cols, C fill) {
-    if (c + V <= cols) return load_pack<T, V>(row + c);
+// The type I itself, in a parameter that takes no part in deducing I.
+template <typename I> struct Same { using type = I; };
+
+// Loads the pack at column c of a row of `cols` elements as one word: one vector load when the
+// whole pack is inside the row, element loads for the pack that straddles the end, the bits of
+// `fill` past it. Offsets in the type of `cols` (int where a row is known to be short: 32-bit
+// compares). Kept as a word, a half-type pack stays in its load's registers; as V elements it
+// is cut into 16-bit pieces and glued again where the branches meet.
+template <typename T, int V> using word_t = typename Word<sizeof(T) * V>::type;
+template <typename T, int V, typename I, typename C>
+__device__ inline word_t<T, V> load_row_word(const T* row, typename Same<I>::type c, I cols, C fill) {
+    if (c + V <= cols) return *reinterpret_cast<const word_t<T, V>*>(row + c);
     Pack<T, V> p;
 #pragma unroll
     for (int j = 0; j < V; ++j) p.v[j] = (c + j < cols) ? bits(row)[c + j] : Traits<T>::out(fill);
+    word_t<T, V> w;
+    memcpy(&w, &p, sizeof w);
+    return w;
+}
+
+// The same as a pack.
+template <typename T, int V, typename I, typename C>
+__device__ inline Pack<T, V> load_row_bits(const T* row, typename Same<I>::type c, I cols, C fill) {
+    const word_t<T, V> w = load_row_word<T, V>(row, c, cols, fill);
+    Pack<T, V> p;
+    memcpy(&p, &w, sizeof p);
     return p;
+}
+
+// A pack (as a word) converted to the compute type; half types two elements per 4-byte word
+// (a bfloat16 pair takes a shift and a mask, where element-wise it takes two instructions per
+// element).
+template <typename T, int V, typename C>
+__device__ inline void unpack_word(const word_t<T, V>& w, C (&out)[V]) {
+    if constexpr (sizeof(T) == 2 && V >= 2) {
+        unsigned u[V / 2];
+        memcpy(u, &w, sizeof u);
+#pragma unroll
+        for (int j = 0; j < V / 2; ++j) Traits<T>::in_pair(u[j], out[2 * j], out[2 * j + 1]);
+    } else {
+        typename Traits<T>::B b[V];
+        memcpy(b, &w, sizeof b);
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = Traits<T>::in(b[j]);
+    }
 }
 
 // A pack converted to the compute type.
 template <typename T, int V, typename C>
 __device__ inline void unpack(const Pack<T, V>& p, C (&out)[V]) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = Traits<T>::in(p.v[j]);
+    word_t<T, V> w;
+    memcpy(&w, &p, sizeof w);
+    unpack_word<T, V>(w, out);
 }
 
-// The pack at column c, converted to the compute type.
-template <typename T, int V, typename C>
-__device__ inline void load_row_pack(const T* row, long long c, long long cols, C fill, C (&out)[V]) {
-    unpack(load_row_bits<T, V>(row, c, cols, fill), out);
-}
-
-template <typename T, int V, typename C>
-__device__ inline void store_row_pack(T* row, long long c, long long cols, const C (&in)[V]) {
+template <typename T, int V, typename I, typename C>
+__device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, const C (&in)[V]) {
     if (c + V <= cols) {
         store_pack_global<T, V>(row + c, pack_out<T, V>(in));
     } else {

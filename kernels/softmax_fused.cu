@@ -1,12 +1,13 @@
 // Fused softmax: the row is held on chip, so each element is read once and written once
 // (2 * itemsize bytes of DRAM traffic per element, the floor for any softmax).
 //
-//   softmax_registers<T, V, P, R>  row in registers: `width` lanes (a power of two up to the
-//                           block size) share a row, each holding P packs of V elements; rows of
-//                           up to width * P * V elements. R rows per lane group per iteration
-//                           (several rows per warp when width < 32) keep enough loads in flight
-//                           for short rows; R = 0 marks wide rows (more than 32 lanes, 16 values
-//                           per lane), which reduce through shared memory.
+//   softmax_registers<T, V, P, R, W>  row in registers: W lanes (a power of two up to 32;
+//                           W = 0: `width` lanes, up to the block size) share a row, each
+//                           holding P packs of V elements; rows of up to lanes * P * V elements.
+//                           R rows per lane group per iteration (several rows per warp when
+//                           W < 32) keep enough loads in flight for short rows; R = 0 marks
+//                           wide rows (more than 32 lanes, 16 values per lane), which reduce
+//                           through shared memory.
 //   softmax_tiles<T, V, R>  short rows staged in shared memory by asynchronous copies: each
 //                           warp stages a tile of rows (R per lane group) before reducing any.
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
@@ -35,12 +36,35 @@
 
 namespace csm {
 
-// R >= 1: rows of up to 32 lanes, R rows per lane group, blocks of up to 128 threads. R = 0:
-// rows of more than 32 lanes, one per lane group, blocks of up to 1024 threads (so at most 64
-// registers per thread: P * V = 16 values fit without spills).
-template <typename T, int V, int P, int R>
-__global__ void __launch_bounds__(R ? 128 : 1024)
-    softmax_registers(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
+// exp(v - m[r]) in place for RR rows of P packs, and each row's sum d[r]; SHIFTED: by
+// exp_shifted (every m[r] passes shift_ok).
+template <bool SHIFTED, int RR, int P, int V, typename C>
+__device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) {
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+        const C s = shift_of(m[r]);
+        d[r] = 0;
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                v[r][p][j] = SHIFTED ? exp_shifted(v[r][p][j], s) : fast_exp(v[r][p][j] - m[r]);
+                d[r] += v[r][p][j];
+            }
+    }
+}
+
+// R >= 1: rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R
+// rows per lane group, blocks of up to 128 threads; one 16-byte pack of a half type per lane
+// fits 32 registers without spills (ptxas, sm_90), so all 64 warps of an SM stay resident
+// (H200, fifth session, run 1: bfloat16 / float16 rows of 32 to 256 at 0.94 to 0.95 of copy,
+// 0.93 to 0.95 without; float32 spills at 32 registers). R = 0 (W = 0): rows of more than 32 lanes
+// (`width` of them), one per lane group, blocks of up to 1024 threads (so at most 64 registers
+// per thread: P * V = 16 values fit without spills). Rows of at most 1024 * 16 elements, so
+// column offsets fit an int.
+template <typename T, int V, int P, int R, int W>
+__global__ void __launch_bounds__(R ? 128 : 1024, R == 1 && P == 1 && sizeof(T) == 2 && V == 8 ? 16 : 1)
+    softmax_registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
                       int width) {
     using C = compute_t<T>;
     __shared__ C scratch[32];  // per-warp values when a row spans several warps
@@ -48,10 +72,12 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
     // whole block for wider rows (their reductions meet at barriers).
     constexpr bool WIDE = R == 0;
     constexpr int RR = WIDE ? 1 : R;  // rows per group per iteration
+    static_assert(WIDE == (W == 0), "short rows name their lanes, wide rows take `width`");
+    const int lanes = WIDE ? width : W;
     const int unit = WIDE ? int(blockDim.x) : 32;
-    const int sub = threadIdx.x & (width - 1);
-    const int groups = unit / width;  // rows per unit per iteration (times RR)
-    const int group = (WIDE ? threadIdx.x : threadIdx.x & 31) / width;
+    const int sub = threadIdx.x & (lanes - 1);
+    const int groups = unit / lanes;  // rows per unit per iteration (times RR)
+    const int group = (WIDE ? threadIdx.x : threadIdx.x & 31) / lanes;
     const long long u = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / unit;
     const long long units = ((long long)gridDim.x * blockDim.x) / unit;
     // Loop per unit, not per row: every thread runs the same iterations, so shuffles stay
@@ -59,18 +85,17 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
     // g + groups, ...), all loads issued first. Short rows (R >= 1) load the next iteration's
     // packs, as bits, before working on this one's, so loads stay in flight while it computes.
     const long long stride = units * groups * RR;
-    auto load = [&](long long first, Pack<T, V>(&raw)[RR][P]) {
+    auto load = [&](long long first, word_t<T, V>(&raw)[RR][P]) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
-            const long long row = first + (long long)r * groups + group;
-            const long long n = row < rows ? cols : 0;  // a dead row loads nothing
-            const T* xr = x + (n ? row : 0) * ldx;
+            // A row past the end loads the last row again (never written).
+            const long long row = min(first + (long long)r * groups + group, rows - 1);
+            const T* xr = x + row * ldx;
 #pragma unroll
-            for (int p = 0; p < P; ++p)
-                raw[r][p] = load_row_bits<T, V>(xr, ((long long)p * width + sub) * V, n, neg_inf<C>());
+            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, (p * lanes + sub) * V, cols, neg_inf<C>());
         }
     };
-    Pack<T, V> raw[RR][P];
+    word_t<T, V> raw[RR][P];  // as words: see load_row_word
     long long first = u * groups * RR;
     if (!WIDE && first < rows) load(first, raw);
     for (; first < rows; first += stride) {
@@ -79,8 +104,8 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
 #pragma unroll
         for (int r = 0; r < RR; ++r)
 #pragma unroll
-            for (int p = 0; p < P; ++p) unpack(raw[r][p], v[r][p]);
-        if (!WIDE && first + stride < rows) load(first + stride, raw);
+            for (int p = 0; p < P; ++p) unpack_word<T, V>(raw[r][p], v[r][p]);
+        if (!WIDE) load(first + stride, raw);  // past the end: the last row again, unused
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
             m[r] = neg_inf<C>();
@@ -89,32 +114,28 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
         }
-        lanes_reduce_rows<WIDE>(m, width, scratch, MaxOp());
-        // At most 32 terms per lane, then a tree over at most 1024 lanes: a float sum stays
-        // far inside 1e-5.
+        lanes_reduce_rows<WIDE>(m, lanes, scratch, MaxOp());
+        // exp in place and the sums: at most 32 terms per lane, then a tree over at most 1024
+        // lanes, so a float sum stays far inside 1e-5. Padding (-inf) gives 0.
+        bool shifted = true;
 #pragma unroll
-        for (int r = 0; r < RR; ++r) {
-            d[r] = 0;
-#pragma unroll
-            for (int p = 0; p < P; ++p)
-#pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    v[r][p][j] = fast_exp(v[r][p][j] - m[r]);  // padding (-inf) gives 0
-                    d[r] += v[r][p][j];
-                }
-        }
-        lanes_reduce_rows<WIDE>(d, width, scratch, SumOp());
+        for (int r = 0; r < RR; ++r) shifted = shifted && shift_ok(m[r]);
+        if (shifted)
+            exp_rows<true>(v, m, d);
+        else
+            exp_rows<false>(v, m, d);
+        lanes_reduce_rows<WIDE>(d, lanes, scratch, SumOp());
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
             const long long row = first + (long long)r * groups + group;
             if (row >= rows) break;
-            const C s = scale_of(d[r], C());
+            const C scale = scale_of(d[r], C());
             T* yr = y + row * ldy;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[r][p][j] *= s;
-                store_row_pack<T, V>(yr, ((long long)p * width + sub) * V, cols, v[r][p]);
+                for (int j = 0; j < V; ++j) v[r][p][j] *= scale;
+                store_row_pack<T, V>(yr, (p * lanes + sub) * V, cols, v[r][p]);
             }
         }
     }
@@ -149,21 +170,40 @@ template <typename T, int V> struct Staged {
         for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
         return m;
     }
-    __device__ C sum(C m) const {
+    // The slice's sum of exp(x - m), and its writes exp(x - m) * scale. SHIFT: by exp_shifted
+    // where shift_ok(m), which is exact only where the slice's sum and writes use the same m.
+    template <bool SHIFT> __device__ C sum(C m) const {
+        return SHIFT && shift_ok(m) ? sum_by<true>(m) : sum_by<false>(m);
+    }
+    template <bool SHIFT> __device__ void write(T* y, long long left, C m, C scale) const {
+        if (SHIFT && shift_ok(m))
+            write_by<true>(y, left, m, scale);
+        else
+            write_by<false>(y, left, m, scale);
+    }
+
+  private:
+    template <bool SHIFTED> __device__ C exp_of(C x, C m, C shift) const {
+        return SHIFTED ? exp_shifted(x, shift) : fast_exp(x - m);
+    }
+    template <bool SHIFTED> __device__ C sum_by(C m) const {
+        const C shift = shift_of(m);
         C part = 0;
         for (int k = first; k < count; k += stride) {
-            const Pack<T, V> p = load_pack<T, V>(s + k * V);
+            C v[V];
+            unpack(load_pack<T, V>(s + k * V), v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) part += fast_exp(Traits<T>::in(p.v[j]) - m);
+            for (int j = 0; j < V; ++j) part += exp_of<SHIFTED>(v[j], m, shift);
         }
         return part;
     }
-    __device__ void write(T* y, long long left, C m, C scale) const {
+    template <bool SHIFTED> __device__ void write_by(T* y, long long left, C m, C scale) const {
+        const C shift = shift_of(m);
         for (int k = first; k < count; k += stride) {
-            const Pack<T, V> p = load_pack<T, V>(s + k * V);
             C v[V];
+            unpack(load_pack<T, V>(s + k * V), v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m) * scale;
+            for (int j = 0; j < V; ++j) v[j] = exp_of<SHIFTED>(v[j], m, shift) * scale;
             store_row_pack<T, V>(y, (long long)k * V, left, v);
         }
     }
@@ -199,8 +239,8 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
             const Staged<T, V> st = staged(r);
             const C m = group_reduce(st.max(), width, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
-            const C d = group_reduce(st.sum(m), width, SumOp());
-            st.write(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(d, C()));
+            const C d = group_reduce(st.template sum<true>(m), width, SumOp());
+            st.template write<true>(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(d, C()));
         }
     }
 }
@@ -232,14 +272,14 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         C m = block_reduce(st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
-        acc_t d = block_reduce(acc_t(st.sum(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
+        acc_t d = block_reduce(acc_t(st.template sum<CL == 1>(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
         if constexpr (CL > 1) {
             const MD<C> s = cluster_merge<CL>(m, d, scratch + 32, scratch + 34);
             m = s.m;
             d = s.d;
             cluster_arrive<CL>();  // this block has read its peers' pairs for this row
         }
-        st.write(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
+        st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
         // Peers may still read this block's pair of this row until they arrive; the next row
         // writes it again, and a block may not exit while its shared memory is being read.
         if constexpr (CL > 1) cluster_wait<CL>();
@@ -288,7 +328,7 @@ __global__ void __launch_bounds__(1024)
         copy_wait();
         const C m = block_reduce(st[b].max(), cscratch, MaxOp());
         // The chunk's sum against its own max (a chunk of only -inf adds (-inf, 0)).
-        const acc_t d = block_reduce(acc_t(st[b].sum(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
+        const acc_t d = block_reduce(acc_t(st[b].template sum<false>(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
         double* row_part = ws.part + 2 * row * chunks;
         publish_chunk(row_part + 2 * c, MD<C>{m, d}, ws.count + row);
         if (row + groups < rows) st[b ^ 1].load(x + (row + groups) * ldx + k0 * V, left);
@@ -296,7 +336,7 @@ __global__ void __launch_bounds__(1024)
         MD<C> s = MD<C>::identity();  // the row's chunks, in a fixed order
         for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(row_part + 2 * k));
         s = block_merge(s, scratch);
-        st[b].write(y + row * ldy + k0 * V, left, s.m, scale_of(s.d, C()));
+        st[b].template write<false>(y + row * ldy + k0 * V, left, s.m, scale_of(s.d, C()));
     }
 }
 

@@ -102,24 +102,24 @@ def test_tiles_shape():
 def test_registers_shape():
     assert d.WARP_LANE_VALUES == 8
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 2 rows each
-    assert (p.width, p.launch.template) == (8, (4, 1, 2))
+    assert (p.width, p.launch.template) == (8, (4, 1, 2, 8))
     p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, one row per group holds 8 values a lane
-    assert (p.width, p.launch.template) == (4, (8, 1, 1))
+    assert (p.width, p.launch.template) == (4, (8, 1, 1, 4))
     p = rows_plan(256, 4, 4)  # 2 packs per lane: already 8 values per lane, one row per group
-    assert (p.width, p.launch.template) == (32, (4, 2, 1))
+    assert (p.width, p.launch.template) == (32, (4, 2, 1, 32))
     p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
-    assert (p.width, p.launch.template) == (32, (1, 1, d.WARP_MAX_ROWS))
+    assert (p.width, p.launch.template) == (32, (1, 1, d.WARP_MAX_ROWS, 32))
     p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
-    assert (p.width, p.launch.template) == (32, (1, 32, 1))
+    assert (p.width, p.launch.template) == (32, (1, 32, 1, 32))
     p = rows_plan(1024, 2, 8, method="registers")
-    assert (p.width, p.launch.template) == (32, (8, 4, 1))
+    assert (p.width, p.launch.template) == (32, (8, 4, 1, 32))
     big = rows_plan(32, 4, 4, rows=2**30)
     assert big.launch.grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
     # wide rows: 16 values per lane, lanes a power of two, a block per row up to 1024 lanes
     p = rows_plan(5000, 2, 8, method="registers")
-    assert (p.width, p.launch.template, p.launch.block) == (512, (8, 2, 0), 512)
+    assert (p.width, p.launch.template, p.launch.block) == (512, (8, 2, 0, 0), 512)
     p = rows_plan(1025, 4, 4, method="registers")
-    assert (p.width, p.launch.template, p.launch.block) == (128, (4, 4, 0), 128)
+    assert (p.width, p.launch.template, p.launch.block) == (128, (4, 4, 0, 0), 128)
     top = d.REGISTERS_MAX_LANES * d.REGISTERS_WIDE_VALUES
     assert rows_plan(top, 8, 2, method="registers").width == d.REGISTERS_MAX_LANES
     with pytest.raises(ValueError, match="registers"):

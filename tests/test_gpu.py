@@ -102,20 +102,26 @@ def test_misaligned_rows(cols, dtype):
 
 
 @pytest.mark.parametrize("cols", [5, 700, 9000, 100000])
-def test_special_rows_beside_normal_rows(cols):
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_special_rows_beside_normal_rows(cols, dtype):
     rng = np.random.default_rng(5)
-    v = make_values(rng, (7, cols), np.dtype(np.float64))
+    v = make_values(rng, (10, cols), np.dtype(np.float64))
     v[1, cols // 2] = np.nan
     v[2, -1] = np.inf
     v[3, :] = -np.inf
     v[4, : (cols + 1) // 2] = -np.inf  # a masked prefix: whole chunks of -inf in the online path
     v[5, 1:] = -np.inf
-    x = cupy.asarray(v)
+    # Magnitudes: maxima past FLT_MAX / log2(e) (no shifted exp there) and large offsets.
+    top = 65504.0 if dtype == np.float16 else 3.0e38  # about the largest float16 / float32 / bfloat16
+    v[7] = top * (1.0 - 0.05 * rng.random(cols))
+    v[8] = -top * (0.9 + 0.05 * rng.random(cols))
+    v[9] = min(3000.0, top / 2) + v[9]
+    x = cupy.asarray(v.astype(dtype))
     for method in ROW_METHODS:
         if runnable(method, cols, x.dtype):
             y = to_host(poisoned_softmax(x, method=method))
-            assert_softmax(y, v, -1)
-            assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, 4, 5, 6]]).any()
+            assert_softmax(y, x, -1)
+            assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, *range(4, 10)]]).any()
             assert y[5, 0] == 1.0
 
 
