@@ -55,15 +55,12 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
 }
 
 // R >= 1: rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R
-// rows per lane group, blocks of up to 128 threads; one 16-byte pack of a half type per lane
-// fits 32 registers without spills (ptxas, sm_90), so all 64 warps of an SM stay resident
-// (H200, fifth session, run 1: bfloat16 / float16 rows of 32 to 256 at 0.94 to 0.95 of copy,
-// 0.93 to 0.95 without; float32 spills at 32 registers). R = 0 (W = 0): rows of more than 32 lanes
+// rows per lane group, blocks of up to 128 threads. R = 0 (W = 0): rows of more than 32 lanes
 // (`width` of them), one per lane group, blocks of up to 1024 threads (so at most 64 registers
 // per thread: P * V = 16 values fit without spills). Rows of at most 1024 * 16 elements, so
 // column offsets fit an int.
 template <typename T, int V, int P, int R, int W>
-__global__ void __launch_bounds__(R ? 128 : 1024, R == 1 && P == 1 && sizeof(T) == 2 && V == 8 ? 16 : 1)
+__global__ void __launch_bounds__(R ? 128 : 1024)
     softmax_registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
                       int width) {
     using C = compute_t<T>;

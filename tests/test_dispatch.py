@@ -100,13 +100,13 @@ def test_tiles_shape():
 
 
 def test_registers_shape():
-    assert d.WARP_LANE_VALUES == 8
-    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 2 rows each
-    assert (p.width, p.launch.template) == (8, (4, 1, 2, 8))
-    p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, one row per group holds 8 values a lane
-    assert (p.width, p.launch.template) == (4, (8, 1, 1, 4))
-    p = rows_plan(256, 4, 4)  # 2 packs per lane: already 8 values per lane, one row per group
-    assert (p.width, p.launch.template) == (32, (4, 2, 1, 32))
+    assert d.WARP_LANE_VALUES == 16
+    p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
+    assert (p.width, p.launch.template) == (8, (4, 1, 4, 8))
+    p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, two rows per group hold 16 values a lane
+    assert (p.width, p.launch.template) == (4, (8, 1, 2, 4))
+    p = rows_plan(256, 4, 4)  # 2 packs per lane: 8 values per lane, two rows per group
+    assert (p.width, p.launch.template) == (32, (4, 2, 2, 32))
     p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
     assert (p.width, p.launch.template) == (32, (1, 1, d.WARP_MAX_ROWS, 32))
     p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
