@@ -28,6 +28,11 @@ def cupy_ndarray():
     return None if cupy is None else cupy.ndarray
 
 
+def _itself(a):
+    """The wrapper of arrays that go back as they are (CuPy, NumPy, unknown producers)."""
+    return a
+
+
 def _framework(obj) -> str:
     return type(obj).__module__.partition(".")[0]
 
@@ -41,7 +46,7 @@ def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any]:
         return importlib.import_module("jax.numpy").from_dlpack
     if framework == "numba" and on_gpu:
         return importlib.import_module("numba.cuda").as_cuda_array
-    return lambda a: a
+    return _itself
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,10 @@ class Adapted:
 
 def adapt(obj) -> Adapted:
     if isinstance(obj, np.ndarray):
-        return Adapted(obj, False, "numpy", lambda a: a)
+        return Adapted(obj, False, "numpy", _itself)
     cupy = cupy_or_none()
     if cupy is not None and isinstance(obj, cupy.ndarray):
-        return Adapted(obj, True, "cupy", lambda a: a)
+        return Adapted(obj, True, "cupy", _itself)
     framework = _framework(obj)
     if hasattr(obj, "__dlpack_device__"):
         kind = int(obj.__dlpack_device__()[0])
@@ -72,4 +77,4 @@ def adapt(obj) -> Adapted:
         if cupy is None:
             raise RuntimeError("a GPU array was passed but CuPy is not installed")
         return Adapted(cupy.asarray(obj), True, framework, _wrapper(framework, True))
-    return Adapted(np.asarray(obj), False, "numpy", lambda a: a)
+    return Adapted(np.asarray(obj), False, "numpy", _itself)

@@ -351,6 +351,21 @@ __device__ inline void unpack(const Pack<T, V>& p, C (&out)[V]) {
     unpack_word<T, V>(w, out);
 }
 
+// Stages the pack at `src` in shared memory at `dst`, `left` of its elements inside the data
+// (at least 1): an asynchronous copy when the whole pack is inside (packs of 4 bytes or more),
+// else element loads with -inf past the end, stored at once.
+template <typename T, int V>
+__device__ inline void stage_pack(T* dst, const T* src, long long left) {
+    constexpr int PB = sizeof(T) * V;  // bytes per pack
+    if constexpr (PB >= 4) {
+        if (left >= V) {
+            copy_async<PB>(dst, src);
+            return;
+        }
+    }
+    store_pack<T, V>(dst, load_row_bits<T, V>(src, 0, left, neg_inf<compute_t<T>>()));
+}
+
 template <typename T, int V, typename I, typename C>
 __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, const C (&in)[V]) {
     if (c + V <= cols) {

@@ -179,15 +179,7 @@ template <typename T, int V> struct SlabPart {
     // The pack at step k: src is the pack's element at the block's first step, `left` elements
     // of the pack are inside the inner axis (at least 1).
     __device__ void load(const T* src, long long xsn, int k, long long left) const {
-        constexpr int PB = sizeof(T) * V;
-        const T* g = src + k * xsn;
-        if constexpr (PB >= 4) {
-            if (left >= V) {
-                copy_async<PB>(at(k), g);
-                return;
-            }
-        }
-        store_pack<T, V>(at(k), load_row_bits<T, V>(g, 0, left, neg_inf<compute_t<T>>()));
+        stage_pack<T, V>(at(k), src + k * xsn, left);
     }
 };
 

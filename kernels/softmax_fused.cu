@@ -150,16 +150,9 @@ template <typename T, int V> struct Staged {
 
     // x: the slice's first element in global memory; left: row elements from there on.
     __device__ void load(const T* x, long long left) const {
-        constexpr int PB = sizeof(T) * V;  // bytes per pack
         for (int k = first; k < count; k += stride) {
             const long long c = (long long)k * V;
-            if constexpr (PB >= 4) {
-                if (c + V <= left) {
-                    copy_async<PB>(s + c, x + c);
-                    continue;
-                }
-            }
-            store_pack<T, V>(s + c, load_row_bits<T, V>(x, c, left, neg_inf<C>()));
+            stage_pack<T, V>(s + c, x + c, left - c);
         }
     }
     __device__ C max() const {

@@ -37,6 +37,13 @@ FLOAT_DTYPES = [np.dtype(d) for d in ("float16", "float32", "float64")] + ([BF16
 INT_DTYPES = [np.dtype(d) for d in ("int8", "uint8", "int16", "uint16", "int32", "int64", "uint64")]
 
 
+def block_max_cols(limits, itemsize, vec):
+    """The longest row (elements) the block kernel holds under ``limits``, in packs of `vec`."""
+    from cusoftmax._dispatch import BLOCK_SCRATCH
+
+    return (limits.smem_per_block - BLOCK_SCRATCH) // (vec * itemsize) * vec
+
+
 def to_host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 

@@ -6,13 +6,10 @@ import pytest
 
 from cusoftmax import _dispatch as d
 from cusoftmax._layout import Layout
+from _support import block_max_cols
 
 H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0), smem_per_sm=233472)
 A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0), smem_per_sm=167936)
-
-
-def block_max_cols(limits, itemsize, vec):
-    return (limits.smem_per_block - d.BLOCK_SCRATCH) // (vec * itemsize) * vec
 
 
 def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 import cusoftmax
 from cusoftmax import _dispatch
 from cusoftmax._layout import Layout
-from _support import BF16, FLOAT_DTYPES, assert_softmax, build, make_values, requires_gpu, to_host, views
+from _support import (BF16, FLOAT_DTYPES, assert_softmax, block_max_cols, build, make_values, requires_gpu,
+                      to_host, views)
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 pytestmark = requires_gpu
@@ -24,8 +25,7 @@ def limits():
 def block_top(dtype):
     """The longest row (elements) the block kernel holds on this device, 16-byte packs."""
     isz = np.dtype(dtype).itemsize
-    vec = 16 // isz
-    return (limits().smem_per_block - _dispatch.BLOCK_SCRATCH) // (vec * isz) * vec
+    return block_max_cols(limits(), isz, 16 // isz)
 
 
 def cluster_top(dtype):

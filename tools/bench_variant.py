@@ -1,8 +1,10 @@
 """The benchmark with dispatch constants changed, to measure a tuning constant against another
 value in the same run: `python3 tools/bench_variant.py NAME=VALUE ... -- BENCH ARGS`.
 
-Example: `tools/bench_variant.py ONLINE_MIN_CHUNK=16384 -- --methods online --widths 1048576`."""
+Example: `tools/bench_variant.py ONLINE_MIN_CHUNK=16384 -- --methods online --widths 1048576`;
+a table as a Python literal: `"BLOCK_THREADS=((16384, 128), (32768, 256), (65536, 256), (1e30, 1024))"`."""
 
+import ast
 import sys
 
 from cusoftmax import _dispatch
@@ -14,7 +16,9 @@ def apply(assignments):
         name, _, value = item.partition("=")
         if not hasattr(_dispatch, name):
             raise SystemExit(f"cusoftmax._dispatch has no constant {name}")
-        setattr(_dispatch, name, type(getattr(_dispatch, name))(value))
+        old = getattr(_dispatch, name)
+        # Tuples (tables such as BLOCK_THREADS) as Python literals, numbers by their type.
+        setattr(_dispatch, name, ast.literal_eval(value) if isinstance(old, tuple) else type(old)(value))
         print(f"variant: {name} = {getattr(_dispatch, name)}", flush=True)
 
 
