@@ -2,7 +2,8 @@
 
 Read top-down, the choice is::
 
-    rows of at most REGISTERS_MAX_COLS elements    -> "registers" row in registers, 1 read + 1 write
+    rows of at most REGISTERS_MAX_COLS elements or
+    REGISTERS_MAX_BYTES                            -> "registers" row in registers, 1 read + 1 write
     rows of at most TILES_MAX_BYTES                -> "tiles"     short rows staged per warp in
                                                                   shared memory, 1 read + 1 write
     rows of at most CLUSTER_MIN_BYTES that fit one
@@ -50,7 +51,11 @@ SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit on
 # 1024 0.75 / 0.92 / 0.69, 2048 0.73 / 0.95 / 0.91, 4096 0.64 / 0.91 / 0.98; rows of 32 to 256
 # within 0.02 of each other in both kernels (float32 from 128 up). Rows of several warps in
 # registers never won (bfloat16 4096: 0.64, float32 16384: 0.73).
+# Fifth session, run 5, registers / tiles: rows of 1024, bfloat16 0.98 / 0.94, float16 0.98 /
+# 0.95, float32 0.96 / 0.96; rows of 512, bfloat16 0.96 / 0.90, float16 0.97 / 0.90, float32
+# 0.93 / 0.90. Hence rows of up to REGISTERS_MAX_BYTES (1024 half-type elements) in registers too.
 REGISTERS_MAX_COLS = 512
+REGISTERS_MAX_BYTES = 2048
 TILES_MAX_BYTES = 4096
 # Rows longer than one warp holds: REGISTERS_WIDE_VALUES values per lane, up to
 # REGISTERS_MAX_LANES lanes (blocks of up to 1024 threads, so at most 64 registers per thread).
@@ -475,7 +480,8 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
-    if method == "registers" or (method is None and cols <= REGISTERS_MAX_COLS):
+    if method == "registers" or (method is None and (
+            cols <= REGISTERS_MAX_COLS or cols * itemsize <= REGISTERS_MAX_BYTES)):
         if _registers_shape(cols, vec) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "

@@ -34,7 +34,8 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     assert top * itemsize <= limits.smem_per_block
     between = d.CLUSTER_MIN_BYTES // itemsize  # the longest row a block takes on sm_90
     past_block = "cluster" if limits.clusters else "online"
-    reg_top, tiles_top = d.REGISTERS_MAX_COLS, d.TILES_MAX_BYTES // itemsize
+    reg_top = max(d.REGISTERS_MAX_COLS, d.REGISTERS_MAX_BYTES // itemsize)
+    tiles_top = d.TILES_MAX_BYTES // itemsize
     cases = [
         (1, "registers"), (2, "registers"), (3, "registers"), (reg_top - 1, "registers"),
         (reg_top, "registers"), (max(reg_top, tiles_top) + 1, "block"), (top + 1, past_block),
@@ -88,7 +89,7 @@ def test_tiles_shape():
     p = rows_plan(32, 2, 8, method="tiles")  # 4 packs: 4 lanes, 8 groups per warp, 8 rows each
     assert (p.width, p.launch.template) == (4, (8, 8))
     assert p.launch.smem == d.TILES_BLOCK // 32 * d.TILES_WARP_BYTES
-    p = rows_plan(1024, 2, 8)  # 2 KiB rows: 2 per warp
+    p = rows_plan(1024, 2, 8, method="tiles")  # 2 KiB rows: 2 per warp
     assert (p.method, p.width, p.launch.template) == ("tiles", 32, (8, 2))
     p = rows_plan(3000, 4, 1, method="tiles")  # one row per warp beyond TILES_WARP_BYTES
     assert p.launch.template == (1, 1) and p.launch.smem == 4 * 3000 * 4
