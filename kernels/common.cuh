@@ -72,12 +72,13 @@ __device__ inline double fast_exp(double t) { return exp(t); }
 
 // exp(x - m) for every element of a slice whose max is m, as 2^(x * log2(e) - s) with one
 // shift s = m * log2(e) rounded once per slice: FFMA and MUFU.EX2, one instruction fewer than
-// fast_exp(x - m). Softmax does not depend on the shift, as long as the slice's sum and its
-// writes use the same one, so the rounding of s cancels; what remains per term is 2^-22
-// (ex2.approx) + |x - m| * 2^-24 (the FFMA's rounding), as fast_exp's. s must be finite:
-// shift_ok(m) holds for finite |m| <= FLT_MAX / log2(e); other slices (|m| huge, +-inf or NaN)
-// take fast_exp(x - m), whose special cases are those of SciPy. double: never shifted.
-__device__ inline bool shift_ok(float m) { return fabsf(m) <= 2.3e38f; }
+// fast_exp(x - m). The rounding of s, r = m * log2(e) - s, multiplies every term of the slice
+// by the same 2^r, so it cancels between the slice's sum and its writes (which must use the same
+// s); what remains per term is 2^-22 (ex2.approx) + |x - m| * 2^-24 (the FFMA's rounding), as
+// fast_exp's. shift_ok(m): |m| <= 2^23, so |s| < 2^24 and |r| <= 1/2 (larger |m| would give
+// 2^r past the float range: at |m| = 1e10, |r| up to 512). Other slices (|m| large, +-inf or
+// NaN) take fast_exp(x - m), whose special cases are those of SciPy. double: never shifted.
+__device__ inline bool shift_ok(float m) { return fabsf(m) <= 8388608.0f; }
 __device__ inline bool shift_ok(double) { return false; }
 __device__ inline float shift_of(float m) { return m * 1.4426950408889634f; }
 __device__ inline double shift_of(double m) { return m; }

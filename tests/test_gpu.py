@@ -105,23 +105,26 @@ def test_misaligned_rows(cols, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_special_rows_beside_normal_rows(cols, dtype):
     rng = np.random.default_rng(5)
-    v = make_values(rng, (10, cols), np.dtype(np.float64))
+    v = make_values(rng, (12, cols), np.dtype(np.float64))
     v[1, cols // 2] = np.nan
     v[2, -1] = np.inf
     v[3, :] = -np.inf
     v[4, : (cols + 1) // 2] = -np.inf  # a masked prefix: whole chunks of -inf in the online path
     v[5, 1:] = -np.inf
-    # Magnitudes: maxima past FLT_MAX / log2(e) (no shifted exp there) and large offsets.
+    # Magnitudes: maxima near the largest value, and offsets on both sides of 2**23 (where the
+    # kernels stop computing exp(x - max) as one FFMA against a shift of the max).
     top = 65504.0 if dtype == np.float16 else 3.0e38  # about the largest float16 / float32 / bfloat16
     v[7] = top * (1.0 - 0.05 * rng.random(cols))
     v[8] = -top * (0.9 + 0.05 * rng.random(cols))
     v[9] = min(3000.0, top / 2) + v[9]
+    v[10] = min(8e6, top / 2) + 4.0 * v[10]
+    v[11] = -min(1e10, top / 4) + min(1e3, top / 1e4) * v[11]
     x = cupy.asarray(v.astype(dtype))
     for method in ROW_METHODS:
         if runnable(method, cols, x.dtype):
             y = to_host(poisoned_softmax(x, method=method))
             assert_softmax(y, x, -1)
-            assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, *range(4, 10)]]).any()
+            assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, *range(4, 12)]]).any()
             assert y[5, 0] == 1.0
 
 
