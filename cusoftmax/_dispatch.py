@@ -317,14 +317,13 @@ def _slice_bytes(cols, itemsize, vec, size):
 
 
 def _registers_shape(cols, vec):
-    """(lanes per row, packs per lane, rows per lane group: None for short rows, still to
-    choose; 0 for rows of several warps), or None when the row does not fit
-    REGISTERS_MAX_LANES lanes of REGISTERS_MAX_PER_LANE values."""
+    """(lanes per row, packs per lane, rows per lane group: 0 for rows of several warps), or
+    None when the row does not fit REGISTERS_MAX_LANES lanes of REGISTERS_MAX_PER_LANE values."""
     packs = math.ceil(cols / vec)
     if cols <= SHORT_COLS:
         width = _short_width(packs)
         per_lane = _pow2_at_least(math.ceil(packs / width))
-        return width, per_lane, None
+        return width, per_lane, _short_batch(per_lane, vec)
     per_lane = REGISTERS_WIDE_VALUES // vec
     width = _pow2_at_least(math.ceil(packs / per_lane))
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
@@ -343,9 +342,9 @@ def _registers(rows, cols, vec, limits) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec)
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
     # lanes at compile time (their shuffles unroll); wide rows (batch 0) take them at run time.
-    template = (vec, per_lane, 0, 0) if batch == 0 else (vec, per_lane, _short_batch(per_lane, vec), width)
+    template = (vec, per_lane, batch, width if batch else 0)
     block = max(WARP_BLOCK, width)
-    grid = _looped_grid(rows, block // width * max(1, template[2]), block, limits)
+    grid = _looped_grid(rows, block // width * max(1, batch), block, limits)
     launch = Launch("softmax_registers", template, grid, block)
     return Plan("registers", vec, launch, width=width)
 
