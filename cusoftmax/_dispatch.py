@@ -96,7 +96,7 @@ TILES_ROWS = (1, 2, 4, 8)
 # Shared-memory rows: threads per block by the bytes a block holds, first row that fits wins.
 # Evidence: none yet, a first version (about 8 to 16 packs of 16 bytes per thread).
 BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
-BLOCK_SCRATCH = 48 * 8  # bytes ahead of the row: reduction scratch (FUSED_SCRATCH in kernels/)
+BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FUSED_SCRATCH in kernels/)
 
 # Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
 # is portable; sm_90 allows 16 with the non-portable attribute, which _kernels sets). The
@@ -192,7 +192,7 @@ SLAB_STRIP_BYTES = 64
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
 SLAB_MAX_THREADS = 256  # SLAB_MAX_THREADS there
-SLAB_SCRATCH = SLAB_MAX_COLS * 24 + SLAB_MAX_THREADS // 32 * SLAB_MAX_COLS * 4  # SLAB_SCRATCH there
+SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 8 + SLAB_MAX_THREADS // 32 * SLAB_MAX_COLS * 4  # SLAB_SCRATCH there
 
 MAX_GRID = 2**31 - 1
 
@@ -375,9 +375,9 @@ def _block(rows, cols, itemsize, vec) -> Plan:
     return Plan("block", vec, launch)
 
 
-def _cluster_size(slice_bytes, limits, scratch=BLOCK_SCRATCH, small=None):
+def _cluster_size(slice_bytes, limits, scratch=lambda size: BLOCK_SCRATCH, small=None):
     """The cluster size for a line whose slice over `size` blocks has ``slice_bytes(size)``
-    bytes (behind `scratch` bytes of shared memory): the smallest whose slices are at most
+    bytes (behind ``scratch(size)`` bytes of shared memory): the smallest whose slices are at most
     `small` bytes (default CLUSTER_SLICE_BYTES), else the smallest that holds the line, else
     None."""
     if not limits.clusters:
@@ -388,7 +388,7 @@ def _cluster_size(slice_bytes, limits, scratch=BLOCK_SCRATCH, small=None):
         if nbytes <= small:
             return size
     for size, nbytes in slices.items():
-        if scratch + nbytes <= limits.smem_per_block:
+        if scratch(size) + nbytes <= limits.smem_per_block:
             return size
     return None
 
@@ -457,14 +457,20 @@ def _columns(outer, n, inner, vec, limits) -> Plan:
                      width=width)
 
 
+def _slab_scratch(size, cols):
+    """Shared memory of a slab block ahead of its slice: SLAB_SCRATCH, then the (m, d) float
+    pairs of `cols` columns it receives from `size` blocks, twice."""
+    return SLAB_SCRATCH + 16 * size * cols
+
+
 def _slab_shape(n, inner, itemsize, vec, limits):
     """(packs per strip, cluster size) of the slab kernel, or None when it cannot hold the axis."""
     if itemsize > 4:
         return None
     width = min(32, SLAB_MAX_COLS // vec, max(1, SLAB_STRIP_BYTES // (vec * itemsize)),
                 _pow2_at_least(math.ceil(inner / vec)))
-    size = _cluster_size(lambda s: math.ceil(n / s) * width * vec * itemsize, limits, SLAB_SCRATCH,
-                         SLAB_SLICE_BYTES)
+    size = _cluster_size(lambda s: math.ceil(n / s) * width * vec * itemsize, limits,
+                         lambda s: _slab_scratch(s, width * vec), SLAB_SLICE_BYTES)
     return None if size is None else (width, size)
 
 
@@ -473,7 +479,8 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
     slice_bytes = math.ceil(n / size) * width * vec * itemsize
     threads = min(SLAB_MAX_THREADS, _threads_for(slice_bytes))
     grid = min(outer * strips, MAX_GRID // size) * size
-    launch = Launch("softmax_slab", (vec, size), grid, threads, SLAB_SCRATCH + slice_bytes)
+    smem = _slab_scratch(size, width * vec) + slice_bytes
+    launch = Launch("softmax_slab", (vec, size), grid, threads, smem)
     return Plan("slab", vec, launch, width=width, lines=outer * strips)
 
 

@@ -507,39 +507,89 @@ template <int CL> __device__ inline unsigned cluster_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-// Barrier over every thread of the cluster, split: writes to shared memory before arrive are
-// seen by peers' reads after their wait.
+// Barrier over every thread of the cluster, split, ordering no memory access: arrive before
+// wait, and no thread of the cluster passes wait before every thread has arrived. (Its release
+// form, like fence.acq_rel.cluster, compiles to MEMBAR.ALL.GPU, a wait for every outstanding
+// memory access of the thread, seen in the SASS for sm_90: the exchange below needs neither.)
 template <int CL> __device__ inline void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 template <int CL> __device__ inline void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
-// The double at the address of `p` in the shared memory of cluster block `rank`.
-template <int CL> __device__ inline double load_peer(const double* p, unsigned rank) {
-    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
-    double v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
-    return v;
-}
-// Merges a block-uniform (m, d) over the CL blocks of the cluster, so every block gets the
-// same bits: M = the largest m, D = the sum over blocks of d * exp(m - M) in a fixed shuffle
-// tree (lane b of warp 0 takes block b's pair). One cluster barrier. `slot`: two doubles of this
-// block's shared memory that its peers read; `out`: two more for the broadcast. The caller must
-// not write `slot` again before every peer has read it (a cluster barrier after this call).
-template <int CL, typename C>
-__device__ inline MD<C> cluster_merge(C m, acc_t d, double* slot, double* out) {
-    if (threadIdx.x == 0) {
-        slot[0] = double(m);
-        slot[1] = d;
+
+// Block-uniform values exchanged over a cluster, round after round, without a cluster barrier
+// per round: each block sends its values into every block's receive buffer by remote
+// asynchronous stores (st.async), each completing its bytes on the receiver's transaction
+// barrier, and a block reads its buffer once its barrier's phase completes. Rounds alternate
+// between two barriers and two receive buffers (the caller's): a block sends round k + 1 only
+// after it has read round k (program order), so no peer writes a buffer while it is read, and
+// every block waits for all of its round's bytes before it goes on (or exits).
+template <int CL> struct Mail {
+    unsigned long long* bar;  // two transaction barriers in this block's shared memory
+
+    static __device__ unsigned addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+    // The address in the shared memory of cluster block `rank` of what is at p in this block's.
+    static __device__ unsigned remote(const void* p, unsigned rank) {
+        unsigned r;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr(p)), "r"(rank));
+        return r;
     }
-    cluster_arrive<CL>();
-    cluster_wait<CL>();
+    // Thread 0 sets up both barriers (one arrival a phase: its own `expect`); every thread then
+    // arrives on the cluster barrier that `opened` waits for, so no block sends to a peer whose
+    // barriers are not set up yet. Every thread calls both, open first.
+    __device__ void open() const {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < 2; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(addr(bar + i)) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        cluster_arrive<CL>();
+    }
+    __device__ void opened() const { cluster_wait<CL>(); }
+    // Thread 0, once a round: the bytes this block receives in round k.
+    __device__ void expect(int k, unsigned bytes) const {
+        unsigned long long state;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
+                     : "=l"(state) : "r"(addr(bar + (k & 1))), "r"(bytes) : "memory");
+    }
+    // Sends a pair into the place of `slot` (this block's address of it) in block `rank`'s
+    // shared memory, counted on that block's barrier of round k. slot aligned to the pair.
+    __device__ void send(int k, unsigned rank, const void* slot, double a, double b) const {
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];"
+                     ::"r"(remote(slot, rank)), "d"(a), "d"(b), "r"(remote(bar + (k & 1), rank)) : "memory");
+    }
+    __device__ void send(int k, unsigned rank, const void* slot, float a, float b) const {
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                     ::"r"(remote(slot, rank)), "f"(a), "f"(b), "r"(remote(bar + (k & 1), rank)) : "memory");
+    }
+    // Waits until round k's bytes have all arrived; they are then seen by this thread.
+    __device__ void wait(int k) const {
+        unsigned done;
+        do {
+            asm volatile("{\n .reg .pred p;\n"
+                         " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                         " selp.u32 %0, 1, 0, p;\n}"
+                         : "=r"(done) : "r"(addr(bar + (k & 1))), "r"((k >> 1) & 1) : "memory");
+        } while (!done);
+    }
+};
+
+// Merges a block-uniform (m, d) over the CL blocks of the cluster in round k of `mail`, so
+// every block gets the same bits: M = the largest m, D = the sum over blocks of d * exp(m - M)
+// in a fixed shuffle tree (lane b of warp 0 takes block b's pair). `recv`: [2][CL][2] doubles
+// (16-byte aligned) of this block's shared memory; `out`: two more for the broadcast.
+template <int CL, typename C>
+__device__ inline MD<C> cluster_merge(C m, acc_t d, const Mail<CL>& mail, int k, unsigned rank,
+                                      double* recv, double* out) {
+    static_assert(CL <= 32, "one lane of warp 0 per block");
     if (threadIdx.x < 32) {
         const unsigned b = threadIdx.x;
-        const C mb = b < CL ? C(load_peer<CL>(slot, b)) : neg_inf<C>();
-        const acc_t db = b < CL ? load_peer<CL>(slot + 1, b) : 0.0;
+        double* round = recv + (k & 1) * 2 * CL;
+        if (b == 0) mail.expect(k, CL * 16);
+        if (b < CL) mail.send(k, b, round + 2 * rank, double(m), d);
+        mail.wait(k);
+        const C mb = b < CL ? C(round[2 * b]) : neg_inf<C>();
+        const acc_t db = b < CL ? round[2 * b + 1] : 0.0;
         const C top = group_reduce(mb, 32, MaxOp());
         // A block at the top adds d as it is (also when the top is -inf: its d is 0 or NaN).
         const acc_t sum = group_reduce(mb == top ? db : db * exp(acc_t(mb) - acc_t(top)), 32, SumOp());

@@ -64,13 +64,16 @@ __device__ inline void columns_read(const T* x, long long xso, long long xsn,
     for (long long k = k0 + at.lane; k < k1; k += COLUMN_BATCH * at.lanes) {
         Pack<T, V> p[COLUMN_BATCH];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
+        C w[V][COLUMN_BATCH];  // column j at the batch's steps
 #pragma unroll
-        for (int j = 0; j < V; ++j) {  // one rescale check per column per batch
-            C w[COLUMN_BATCH];
+        for (int b = 0; b < COLUMN_BATCH; ++b) {
+            C v[V];
+            unpack(p[b], v);
 #pragma unroll
-            for (int b = 0; b < COLUMN_BATCH; ++b) w[b] = Traits<T>::in(p[b].v[j]);
-            s[j].push_pack(w);
+            for (int j = 0; j < V; ++j) w[j][b] = v[j];
         }
+#pragma unroll
+        for (int j = 0; j < V; ++j) s[j].push_pack(w[j]);  // one rescale check per column per batch
     }
     // Merge over the step lanes, in lane order, column by column; lane 0 writes the partials.
     const int cols = width * V;
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
 // blocks of a cluster (block `rank` holds steps rank * per, ..., in its shared memory as bits):
 // one read and one write per element. Thread (p, l) of a block owns pack p at the block's steps
 // l, l + lanes, ... Per column: the block's max, its sum of exp against that max, the blocks'
-// pairs merged once through distributed shared memory, then the write walk. Clusters take lines
+// pairs sent to each other (Mail) and merged once, then the write walk. Clusters take lines
 // c, c + clusters, ...
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
@@ -206,9 +209,11 @@ __device__ inline void slab_columns_reduce(float (&v)[V], float* red, int width,
 }
 
 constexpr int SLAB_MAX_THREADS = 256;
-// Dynamic shared memory ahead of the slab: per column this block's (m, d) (read by peers) and
-// the merged (m, scale); per warp and column a float for the block's column reductions.
-constexpr int SLAB_SCRATCH = SLAB_MAX_COLS * (2 * 8 + 2 * 4) + SLAB_MAX_THREADS / 32 * SLAB_MAX_COLS * 4;
+// Dynamic shared memory ahead of the slab: two barriers of the blocks' exchange (Mail), per
+// column the merged (m, scale), per warp and column a float for the block's column reductions
+// (SLAB_SCRATCH bytes); then the pairs received from the cluster's blocks, [2][CL][cols] (m, d)
+// floats (16 * CL * cols bytes).
+constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4 + SLAB_MAX_THREADS / 32 * SLAB_MAX_COLS * 4;
 
 // At most 64 registers a thread: 4 blocks of 256 threads per SM.
 template <typename T, int V, int CL>
@@ -217,15 +222,16 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                  long long xsn, long long yso, long long ysn, int width) {
     static_assert(sizeof(compute_t<T>) == 4, "slab: float compute types");
     extern __shared__ __align__(16) unsigned char smem[];
-    double* pub = reinterpret_cast<double*>(smem);                   // [SLAB_MAX_COLS][2]
-    float* fin = reinterpret_cast<float*>(pub + 2 * SLAB_MAX_COLS);   // [SLAB_MAX_COLS][2]
-    float* red = fin + 2 * SLAB_MAX_COLS;                             // [warps][SLAB_MAX_COLS]
+    const Mail<CL> mail{reinterpret_cast<unsigned long long*>(smem)};
+    float* fin = reinterpret_cast<float*>(smem + 16);  // [SLAB_MAX_COLS][2]
+    float* red = fin + 2 * SLAB_MAX_COLS;               // [warps][SLAB_MAX_COLS]
+    float* recv = reinterpret_cast<float*>(smem + SLAB_SCRATCH);  // [2][CL][cols][2]
     const int rank = int(cluster_rank<CL>());
     const long long per = (n + CL - 1) / CL, k0 = rank * per;
     const int cols = width * V;
-    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH), int(threadIdx.x % width),
-                              int(threadIdx.x / width), int(blockDim.x / width), width,
-                              int(max(0LL, min(n, k0 + per) - k0))};
+    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * CL * cols),
+                              int(threadIdx.x % width), int(threadIdx.x / width),
+                              int(blockDim.x / width), width, int(max(0LL, min(n, k0 + per) - k0))};
     const long long strips = (inner + cols - 1) / cols, lines = outer * strips;
     // Line -> offset of this thread's pack at the block's first step, and its elements inside
     // the inner axis (<= 0: the pack is past the end of the axis, nothing to do).
@@ -233,51 +239,53 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         return line / strips * so + k0 * sn + (line % strips) * cols + (long long)part.pack * V;
     };
     auto inside = [&](long long line) { return inner - ((line % strips) * cols + (long long)part.pack * V); };
-    for (long long line = blockIdx.x / CL; line < lines; line += gridDim.x / CL) {
+    mail.open();
+    int k = 0;  // lines done
+    for (long long line = blockIdx.x / CL; line < lines; line += gridDim.x / CL, ++k) {
         const long long left = inside(line);
         if (left > 0) {  // one DRAM read per element
             const T* src = x + offset(line, xso, xsn);
-            for (int k = part.lane; k < part.count; k += part.lanes) part.load(src, xsn, k, left);
+            for (int s = part.lane; s < part.count; s += part.lanes) part.load(src, xsn, s, left);
         }
+        if (k == 0) mail.opened();  // while the first line loads
         copy_wait();
-        float m[V], d[V];
+        float m[V], d[V], v[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) m[j] = neg_inf<float>(), d[j] = 0;
         if (left > 0)
-            for (int k = part.lane; k < part.count; k += part.lanes) {
-                const Pack<T, V> p = load_pack<T, V>(part.at(k));
+            for (int s = part.lane; s < part.count; s += part.lanes) {
+                unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
-                for (int j = 0; j < V; ++j) m[j] = fmax(m[j], Traits<T>::in(p.v[j]));
+                for (int j = 0; j < V; ++j) m[j] = fmax(m[j], v[j]);
             }
         slab_columns_reduce(m, red, width, MaxOp());
         if (left > 0)
-            for (int k = part.lane; k < part.count; k += part.lanes) {
-                const Pack<T, V> p = load_pack<T, V>(part.at(k));
+            for (int s = part.lane; s < part.count; s += part.lanes) {
+                unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
                 for (int j = 0; j < V; ++j)  // a column of only -inf sums against 0: (-inf, 0)
-                    d[j] += fast_exp(Traits<T>::in(p.v[j]) - (m[j] == neg_inf<float>() ? 0.f : m[j]));
+                    d[j] += fast_exp(v[j] - (m[j] == neg_inf<float>() ? 0.f : m[j]));
             }
         slab_columns_reduce(d, red, width, SumOp());
-        if (threadIdx.x < width)
+        // Every block's column pairs to every block (lane b of each pack sends to blocks b,
+        // b + lanes, ...), then column c merges the blocks' pairs in rank order.
+        float* round = recv + (k & 1) * 2 * CL * cols;
+        if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);
+        for (int b = part.lane; b < CL; b += part.lanes)
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-                pub[2 * (threadIdx.x * V + j)] = m[j];
-                pub[2 * (threadIdx.x * V + j) + 1] = d[j];
-            }
-        cluster_arrive<CL>();
-        cluster_wait<CL>();
-        if (threadIdx.x < cols) {  // column c: the blocks' pairs merged in rank order
-            const double* mine = pub + 2 * threadIdx.x;
+            for (int j = 0; j < V; ++j) mail.send(k, b, round + 2 * (rank * cols + part.pack * V + j), m[j], d[j]);
+        if (threadIdx.x < cols) {
+            const int c = threadIdx.x;
+            mail.wait(k);
             double top = neg_inf<double>();
 #pragma unroll
-            for (int b = 0; b < CL; ++b) top = fmax(top, load_peer<CL>(mine, b));
+            for (int b = 0; b < CL; ++b) top = fmax(top, double(round[2 * (b * cols + c)]));
             acc_t sum = 0;
 #pragma unroll 4
             for (int b = 0; b < CL; ++b) {
-                const double mb = load_peer<CL>(mine, b), db = load_peer<CL>(mine + 1, b);
+                const double mb = round[2 * (b * cols + c)], db = round[2 * (b * cols + c) + 1];
                 sum += mb == top ? db : db * exp(mb - top);
             }
-            const int c = threadIdx.x;
             fin[2 * c] = float(top);
             fin[2 * c + 1] = scale_of(sum, float());
         }
@@ -285,23 +293,19 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         float scale[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) m[j] = fin[2 * (part.pack * V + j)], scale[j] = fin[2 * (part.pack * V + j) + 1];
-        cluster_arrive<CL>();  // this block has read its peers' pairs for this line
         if (left > 0) {
             T* dst = y + offset(line, yso, ysn);
-            for (int k = part.lane; k < part.count; k += part.lanes) {
-                const Pack<T, V> p = load_pack<T, V>(part.at(k));
-                float v[V];
+            for (int s = part.lane; s < part.count; s += part.lanes) {
+                unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[j] = fast_exp(Traits<T>::in(p.v[j]) - m[j]) * scale[j];
-                store_row_pack<T, V>(dst + k * ysn, 0, left, v);
+                for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - m[j]) * scale[j];
+                store_row_pack<T, V>(dst + s * ysn, 0, left, v);
             }
         }
-        // Peers may still read this block's pairs until they arrive; the next line writes them
-        // again, and a block may not exit while its shared memory is being read. (Its slab,
-        // fin and red are written again by threads that read only their own places, or after
-        // the next line's first reduction barrier.)
-        cluster_wait<CL>();
+        // fin is written again only after the next line's first reduction barrier; the slab
+        // places are each walked by one thread.
     }
+    if (k == 0) mail.opened();  // no line: still leave the cluster barrier
 }
 #endif
 

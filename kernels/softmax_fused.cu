@@ -236,44 +236,49 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
 }
 
 // Dynamic shared memory of the block and cluster kernels: FUSED_SCRATCH bytes (32 acc_t of
-// reduction scratch, 2 that the cluster's blocks read from each other, 2 for the merged pair),
-// then the block's slice of the row (its packs, as bits).
-constexpr int FUSED_SCRATCH = 48 * sizeof(acc_t);
+// reduction scratch, 2 for the cluster's merged pair, 2 x 16 x 2 that the cluster's blocks send
+// each other, 2 barriers that count them), then the block's slice of the row (its packs, as
+// bits).
+constexpr int FUSED_SCRATCH = 100 * sizeof(acc_t);
 
 // Rows first, first + step, ... with this block holding slice `rank` of CL of each row's packs.
 // A block reduces its slice to (max, sum of exp against that max); a cluster merges the blocks'
-// pairs once.
+// pairs once a row, sent to each other (Mail: no cluster barrier a row).
 template <typename T, int V, int CL>
 __device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
                                   long long ldy, long long first, long long step, int rank) {
+    static_assert(CL <= 16, "FUSED_SCRATCH receives pairs from up to 16 blocks");
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
+    const Mail<CL> mail{reinterpret_cast<unsigned long long*>(scratch + 98)};
     const long long packs = (cols + V - 1) / V;
     const int per = int((packs + CL - 1) / CL);
     const long long k0 = (long long)rank * per;
     const long long left = cols - k0 * V;  // elements of each row from this slice on
     const Staged<T, V> st{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
                           int(blockDim.x), int(max(0LL, min(packs, k0 + per) - k0))};
-    for (long long row = first; row < rows; row += step) {
+    if constexpr (CL > 1) mail.open();
+    int k = 0;  // rows done
+    for (long long row = first; row < rows; row += step, ++k) {
         st.load(x + row * ldx + k0 * V, left);  // one DRAM read per element
+        if constexpr (CL > 1)
+            if (k == 0) mail.opened();  // while the first row loads
         copy_wait();
         C m = block_reduce(st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
         acc_t d = block_reduce(acc_t(st.template sum<CL == 1>(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
         if constexpr (CL > 1) {
-            const MD<C> s = cluster_merge<CL>(m, d, scratch + 32, scratch + 34);
+            const MD<C> s = cluster_merge<CL>(m, d, mail, k, unsigned(rank), scratch + 34, scratch + 32);
             m = s.m;
             d = s.d;
-            cluster_arrive<CL>();  // this block has read its peers' pairs for this row
         }
         st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
-        // Peers may still read this block's pair of this row until they arrive; the next row
-        // writes it again, and a block may not exit while its shared memory is being read.
-        if constexpr (CL > 1) cluster_wait<CL>();
     }
+    if constexpr (CL > 1)
+        if (k == 0) mail.opened();  // no row: still leave the cluster barrier
 }
 
 template <typename T, int V>

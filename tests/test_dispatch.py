@@ -233,10 +233,11 @@ def test_slab_policy():
     size, strip = launch.template[1], p.width * 16
     assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
-    assert launch.smem == d.SLAB_SCRATCH + math.ceil(4096 / size) * strip
+    assert launch.smem == d.SLAB_SCRATCH + 16 * size * (strip // 4) + math.ceil(4096 / size) * strip
     assert math.ceil(4096 / size) * strip <= d.SLAB_SLICE_BYTES
     assert size == d.CLUSTER_SIZES[0] or math.ceil(4096 / (size // 2)) * strip > d.SLAB_SLICE_BYTES
-    top = H200.max_cluster * ((H200.smem_per_block - d.SLAB_SCRATCH) // strip)  # steps held
+    room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * H200.max_cluster * (strip // 4)
+    top = H200.max_cluster * (room // strip)  # steps held
     assert d.plan(axis0(top, 4096), 4, (0, 0), H200).method == "slab"
     assert d.plan(axis0(top + 1, 4096), 4, (0, 0), H200).method == "columns"
     narrow = d.plan(axis0(4096, 40), 4, (0, 0), H200)  # 10 packs of 4 in strips of `strip` bytes

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import _dispatch
-from cusoftmax._layout import Layout
+from cusoftmax._layout import Layout, normalize_axes
 from _support import (BF16, FLOAT_DTYPES, assert_softmax, block_max_cols, build, make_values, requires_gpu,
                       to_host, views)
 
@@ -89,6 +89,33 @@ def test_widths_around_every_threshold(dtype):
 def test_many_rows_past_grid_limits(method):
     x = cupy.asarray(make_values(np.random.default_rng(3), (70001, 40), np.dtype(np.float32)))
     assert_softmax(poisoned_softmax(x, method=method), x, -1)
+
+
+@pytest.mark.parametrize("method,shape,axis", [("block", (300, 3000), -1), ("cluster", (200, 70000), -1),
+                                               ("slab", (3000, 3000), 0)])
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=str)
+def test_blocks_that_loop_over_lines(monkeypatch, method, shape, axis, dtype):
+    """A grid of fewer blocks than lines (MAX_GRID cut to 48): each block or cluster walks many
+    lines, so the cluster's exchange runs many rounds on each of its two barriers."""
+    if method != "block" and not limits().clusters:
+        pytest.skip("needs thread-block clusters")
+    from cusoftmax import _api, _kernels
+
+    monkeypatch.setattr(_dispatch, "MAX_GRID", 48)
+    x = cupy.asarray(make_values(np.random.default_rng(9), shape, np.dtype(dtype)))
+    _api._plan.cache_clear()
+    _kernels.bind.cache_clear()
+    try:
+        strides = _api._elem_strides(x)
+        _, plan = _api._plan(x.shape, strides, strides, normalize_axes(axis, x.ndim), x.itemsize,
+                             (0, 0), x.device.id, method)
+        size = plan.launch.template[1] if method != "block" else 1
+        lines = plan.lines if method == "slab" else shape[0]
+        assert plan.method == method and lines >= 4 * (plan.launch.grid // size)
+        assert_softmax(poisoned_softmax(x, axis=axis, method=method), x, axis)
+    finally:
+        _api._plan.cache_clear()
+        _kernels.bind.cache_clear()
 
 
 @pytest.mark.parametrize("cols", [2, 33, 2049, 70000])
