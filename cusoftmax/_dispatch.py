@@ -99,17 +99,24 @@ BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf
 BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FUSED_SCRATCH in kernels/)
 
 # Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
-# is portable; sm_90 allows 16 with the non-portable attribute, which _kernels sets). The
-# smallest size whose slice per block is at most CLUSTER_SLICE_BYTES wins, else the smallest
-# whose slice fits a block. Rows of more than CLUSTER_MIN_BYTES go to a cluster even when they
-# fit one block. Evidence: H200, 2026-11-30 (second session, `tools/gpu_check.sh tune`), fraction
-# of copy, block / cluster: float32 16384 (64 KiB) 0.98 / 0.90, 32768 (128 KiB) 0.84 / 0.86 (run
-# 1: 0.77 / 0.85); bfloat16 32768 (64 KiB) 0.94 / 0.83, 65536 0.70 / 0.79. Slices of 32 KiB
-# against 64 KiB (run 2): float32 32768 .. 131072 within 0.01, 262144 0.63 / 0.75 (the same
-# 16 x 64 KiB plan both times: run-to-run spread), bfloat16 within 0.01 except 524288 0.49 / 0.54.
+# is portable; sm_90 allows 16 with the non-portable attribute, which _kernels sets). For each
+# limit of CLUSTER_SLICE_BYTES in turn, the smallest size whose slice per block is at most that
+# wins; else the smallest whose slice fits a block. Rows of more than CLUSTER_MIN_BYTES go to a
+# cluster even when they fit one block. Evidence: H200, 2026-11-30 (second session, `tools/
+# gpu_check.sh tune`), fraction of copy, block / cluster: float32 16384 (64 KiB) 0.98 / 0.90,
+# 32768 (128 KiB) 0.84 / 0.86 (run 1: 0.77 / 0.85); bfloat16 32768 (64 KiB) 0.94 / 0.83, 65536
+# 0.70 / 0.79. Sixth session, with the blocks' pairs sent by st.async (runs s6-3, s6-4; before,
+# two cluster barriers a row, each a MEMBAR.ALL.GPU): block / cluster float32 16384 0.96 / 0.97,
+# 32768 0.83 / 0.95; bfloat16 32768 (64 KiB) 0.93 / 0.95, 16384 0.96 / 0.95 (so the boundary
+# stays). Slices of at most 32 KiB where 16 blocks hold the row, else 64 KiB, against 64 KiB
+# alone (run s6-5, the same run): float32 32768 / 65536 / 131072 / 262144 0.97 / 0.96 / 0.96 /
+# 0.89 against 0.96 / 0.94 / 0.93 / 0.89; bfloat16 65536 / 131072 / 262144 / 524288 0.95 / 0.94
+# / 0.92 / 0.85 against 0.93 / 0.90 / 0.88 / 0.83 (run s6-4, 32 KiB: 0.94 / 0.94 / 0.93). 32 KiB
+# alone sends float32 262144 and bfloat16 524288 to 128 KiB slices (0.69, 0.59); 128 KiB first
+# (s6-4): 0.60 to 0.76.
 CLUSTER_SIZES = (2, 4, 8, 16)
 PORTABLE_CLUSTER = 8
-CLUSTER_SLICE_BYTES = 64 * 1024
+CLUSTER_SLICE_BYTES = (32 * 1024, 64 * 1024)
 CLUSTER_MIN_BYTES = 64 * 1024
 
 # Rows spread over the GPU ("grid", forced only): chunks of at least GRID_MIN_CHUNK_BYTES, at
@@ -375,18 +382,18 @@ def _block(rows, cols, itemsize, vec) -> Plan:
     return Plan("block", vec, launch)
 
 
-def _cluster_size(slice_bytes, limits, scratch=lambda size: BLOCK_SCRATCH, small=None):
+def _cluster_size(slice_bytes, limits, scratch=lambda size: BLOCK_SCRATCH, smalls=None):
     """The cluster size for a line whose slice over `size` blocks has ``slice_bytes(size)``
-    bytes (behind ``scratch(size)`` bytes of shared memory): the smallest whose slices are at most
-    `small` bytes (default CLUSTER_SLICE_BYTES), else the smallest that holds the line, else
-    None."""
+    bytes (behind ``scratch(size)`` bytes of shared memory): for each limit of `smalls` in turn
+    (default CLUSTER_SLICE_BYTES), the smallest size whose slices are at most that; else the
+    smallest that holds the line; else None."""
     if not limits.clusters:
         return None
-    small = CLUSTER_SLICE_BYTES if small is None else small
     slices = {size: slice_bytes(size) for size in CLUSTER_SIZES if size <= limits.max_cluster}
-    for size, nbytes in slices.items():
-        if nbytes <= small:
-            return size
+    for small in CLUSTER_SLICE_BYTES if smalls is None else smalls:
+        for size, nbytes in slices.items():
+            if nbytes <= small:
+                return size
     for size, nbytes in slices.items():
         if scratch(size) + nbytes <= limits.smem_per_block:
             return size
@@ -470,7 +477,7 @@ def _slab_shape(n, inner, itemsize, vec, limits):
     width = min(32, SLAB_MAX_COLS // vec, max(1, SLAB_STRIP_BYTES // (vec * itemsize)),
                 _pow2_at_least(math.ceil(inner / vec)))
     size = _cluster_size(lambda s: math.ceil(n / s) * width * vec * itemsize, limits,
-                         lambda s: _slab_scratch(s, width * vec), SLAB_SLICE_BYTES)
+                         lambda s: _slab_scratch(s, width * vec), (SLAB_SLICE_BYTES,))
     return None if size is None else (width, size)
 
 

@@ -75,10 +75,12 @@ def test_cluster_size_is_the_smallest_with_small_slices():
         size, slice_bytes = p.launch.template[1], p.launch.smem - d.BLOCK_SCRATCH
         assert slice_bytes * size >= cols * 4
         smaller = [s for s in d.CLUSTER_SIZES if s < size]
-        if slice_bytes > d.CLUSTER_SLICE_BYTES:  # none holds it in small slices: the smallest that fits
+        small = [b for b in d.CLUSTER_SLICE_BYTES if math.ceil(cols / H200.max_cluster) * 4 <= b]
+        if not small:  # none holds it in small slices: the smallest that fits
             assert all(d.BLOCK_SCRATCH + math.ceil(cols / s) * 4 > H200.smem_per_block for s in smaller)
-        else:
-            assert all(math.ceil(cols / s) * 4 > d.CLUSTER_SLICE_BYTES for s in smaller)
+        else:  # the smallest size under the first limit that some size meets
+            assert slice_bytes <= small[0]
+            assert all(math.ceil(cols / s) * 4 > small[0] for s in smaller)
     with pytest.raises(ValueError, match="cluster"):
         rows_plan(1000, method="cluster", limits=A100)
     with pytest.raises(ValueError, match="cluster"):

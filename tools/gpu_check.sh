@@ -78,9 +78,9 @@ for what in ${@:-tests sanitize bench}; do
                 --widths 32 --methods slab,columns
         done ;;
     tune-cluster)
-        for v in 32768 65536 131072; do
+        for v in "(32768, 65536)" "(65536,)" "(32768,)" "(131072,)"; do
             step "tune-cluster-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
-                CLUSTER_SLICE_BYTES=$v -- --out "$OUT/tune-cluster" --repeat 10 --dtypes float32,bfloat16 \
+                "CLUSTER_SLICE_BYTES=$v" -- --out "$OUT/tune-cluster" --repeat 10 --dtypes float32,bfloat16 \
                 --peers none --no-long --no-axis0 --widths 65536,131072,262144,524288 --methods cluster
         done ;;
     tune-online)  # online chunk length and group size (in waves of items)
