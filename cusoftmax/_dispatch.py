@@ -464,6 +464,12 @@ def _columns(outer, n, inner, vec, limits) -> Plan:
                      width=width)
 
 
+def _slab_slice_bytes(n, width, vec, itemsize, size):
+    """Bytes of one slab block's slice: its steps of the reduced axis (n cut over `size`
+    blocks, as the kernel's `per`) times a strip of `width` packs."""
+    return math.ceil(n / size) * width * vec * itemsize
+
+
 def _slab_scratch(size, cols):
     """Shared memory of a slab block ahead of its slice: SLAB_SCRATCH, then the (m, d) float
     pairs of `cols` columns it receives from `size` blocks, twice."""
@@ -476,14 +482,14 @@ def _slab_shape(n, inner, itemsize, vec, limits):
         return None
     width = min(32, SLAB_MAX_COLS // vec, max(1, SLAB_STRIP_BYTES // (vec * itemsize)),
                 _pow2_at_least(math.ceil(inner / vec)))
-    size = _cluster_size(lambda s: math.ceil(n / s) * width * vec * itemsize, limits,
+    size = _cluster_size(lambda s: _slab_slice_bytes(n, width, vec, itemsize, s), limits,
                          lambda s: _slab_scratch(s, width * vec), (SLAB_SLICE_BYTES,))
     return None if size is None else (width, size)
 
 
 def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
     strips = math.ceil(inner / (width * vec))
-    slice_bytes = math.ceil(n / size) * width * vec * itemsize
+    slice_bytes = _slab_slice_bytes(n, width, vec, itemsize, size)
     threads = min(SLAB_MAX_THREADS, _threads_for(slice_bytes))
     grid = min(outer * strips, MAX_GRID // size) * size
     smem = _slab_scratch(size, width * vec) + slice_bytes
