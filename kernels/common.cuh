@@ -490,6 +490,14 @@ template <typename C> __device__ inline void put_md(double* p, const MD<C>& s) {
 template <typename C> __device__ inline MD<C> get_md(const double* p) {
     return MD<C>{C(__ldcg(p)), __ldcg(p + 1)};
 }
+// The (m, d) of a line from the pairs of its `chunks` chunks at `part` (once all are counted):
+// strided over the threads, then the block merge, a fixed order, so every block that merges the
+// same line gets the same bits.
+template <typename C> __device__ inline MD<C> merge_chunks(const double* part, long long chunks, acc_t* scratch) {
+    MD<C> s = MD<C>::identity();
+    for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(part + 2 * k));
+    return block_merge(s, scratch);
+}
 // Thread 0 publishes this block's (m, d) of a chunk and counts it, without waiting for the count.
 template <typename C> __device__ inline void publish_chunk(double* p, const MD<C>& s, unsigned* count) {
     if (threadIdx.x == 0) {

@@ -328,9 +328,7 @@ __global__ void __launch_bounds__(1024)
         publish_chunk(row_part + 2 * c, MD<C>{m, d}, ws.count + row);
         if (row + groups < rows) st[b ^ 1].load(x + (row + groups) * ldx + k0 * V, left);
         wait_count(ws.count + row, unsigned(chunks));
-        MD<C> s = MD<C>::identity();  // the row's chunks, in a fixed order
-        for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(row_part + 2 * k));
-        s = block_merge(s, scratch);
+        const MD<C> s = merge_chunks<C>(row_part, chunks, scratch);
         st[b].template write<false>(y + row * ldy + k0 * V, left, s.m, scale_of(s.d, C()));
     }
 }

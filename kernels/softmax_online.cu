@@ -65,9 +65,7 @@ __device__ inline void online_write(const T* xr, T* yr, long long begin, long lo
                                     long long chunks, const double* row_part,
                                     const unsigned* row_count, acc_t* scratch) {
     wait_count(row_count, unsigned(chunks));
-    MD<C> r = MD<C>::identity();
-    for (long long k = threadIdx.x; k < chunks; k += blockDim.x) r.merge(get_md<C>(row_part + 2 * k));
-    const MD<C> s = block_merge(r, scratch);
+    const MD<C> s = merge_chunks<C>(row_part, chunks, scratch);
     const C scale = scale_of(s.d, C());
     walk_chunk<T, V>(xr, begin, end, [&](long long c0, C(&v)[V]) {
 #pragma unroll
