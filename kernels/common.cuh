@@ -88,6 +88,11 @@ __device__ inline float exp_shifted(float x, float s) {
     return r;
 }
 __device__ inline double exp_shifted(double x, double s) { return fast_exp(x - s); }
+// exp(x - m) for an element of a slice whose max is m: SHIFTED, by exp_shifted against the
+// slice's shift s = shift_of(m) (the slice's m passes shift_ok); else fast_exp(x - m).
+template <bool SHIFTED, typename C> __device__ inline C exp_by(C x, C m, C s) {
+    return SHIFTED ? exp_shifted(x, s) : fast_exp(x - m);
+}
 
 template <typename C> __device__ inline C neg_inf();
 template <> __device__ inline float neg_inf<float>() { return -__int_as_float(0x7f800000); }

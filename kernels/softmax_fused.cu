@@ -48,7 +48,7 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
         for (int p = 0; p < P; ++p)
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-                v[r][p][j] = SHIFTED ? exp_shifted(v[r][p][j], s) : fast_exp(v[r][p][j] - m[r]);
+                v[r][p][j] = exp_by<SHIFTED>(v[r][p][j], m[r], s);
                 d[r] += v[r][p][j];
             }
     }
@@ -173,9 +173,6 @@ template <typename T, int V> struct Staged {
     }
 
   private:
-    template <bool SHIFTED> __device__ C exp_of(C x, C m, C shift) const {
-        return SHIFTED ? exp_shifted(x, shift) : fast_exp(x - m);
-    }
     template <bool SHIFTED> __device__ C sum_by(C m) const {
         const C shift = shift_of(m);
         C part = 0;
@@ -183,7 +180,7 @@ template <typename T, int V> struct Staged {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) part += exp_of<SHIFTED>(v[j], m, shift);
+            for (int j = 0; j < V; ++j) part += exp_by<SHIFTED>(v[j], m, shift);
         }
         return part;
     }
@@ -193,7 +190,7 @@ template <typename T, int V> struct Staged {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = exp_of<SHIFTED>(v[j], m, shift) * scale;
+            for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, shift) * scale;
             store_row_pack<T, V>(y, (long long)k * V, left, v);
         }
     }
