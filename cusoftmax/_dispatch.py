@@ -184,18 +184,22 @@ COLUMNS_BLOCKS_PER_SM = 3  # __launch_bounds__ of softmax_columns
 # 68 bytes, 4 spill 8.
 COLUMNS_MAX_VEC = 4
 
-# Strided reduced axis held on chip ("slab", sm_90 and newer): the inner axis in strips of at
-# most SLAB_STRIP_BYTES (at most SLAB_MAX_COLS columns, a power-of-two number of packs up to a
-# warp), each strip over the whole reduced axis cut over a cluster as a row is (CLUSTER_SIZES,
-# slices of at most SLAB_SLICE_BYTES where a cluster allows); blocks of up to SLAB_MAX_THREADS
-# threads. Float types of at most 4
-# bytes. Evidence: H200, 2026-11-30 (fourth session, runs 1 and 2), axis 0 of 4096 x 16384 and
-# 16384 x 4096, fraction of copy, float32 pair; bfloat16 pair (the two-pass columns kernel in the
-# same runs: 0.46 to 0.54 / 0.40 to 0.47; 0.24 to 0.25 / 0.23 to 0.24). Blocks of 512 threads,
+# Strided reduced axis held on chip ("slab", sm_90 and newer): the inner axis in strips, each
+# strip over the whole reduced axis cut over a cluster as a row is (CLUSTER_SIZES). Strips of the
+# first width of SLAB_STRIP_BYTES whose slices stay within SLAB_SLICE_BYTES on some cluster size,
+# else of its last width (slices within SLAB_SLICE_BYTES where a cluster allows, else the smallest
+# cluster that holds them); a strip is at most SLAB_MAX_COLS columns, a power-of-two number of
+# packs up to a warp. Blocks of up to SLAB_MAX_THREADS threads. Float types of at most 4 bytes.
+# Evidence: H200, 2026-11-30, axis 0 of 4096 x 16384 and 16384 x 4096, fraction of copy,
+# float32 pair; bfloat16 pair. Fourth session (runs 1 and 2; the two-pass columns kernel in the
+# same runs: 0.46 to 0.54 / 0.40 to 0.47; 0.24 to 0.25 / 0.23 to 0.24): blocks of 512 threads,
 # strips of 32 / 64 / 128 / 256 / 512 bytes: 0.49 / 0.53 / 0.49 / 0.38 / 0.40 and 0.37 / 0.43 /
 # 0.33 / - / -; 0.39 / 0.39 / 0.32 / 0.33 / 0.32 and 0.33 / 0.32 / 0.27 / 0.27 / 0.27. Blocks
-# of 256 threads: 64 bytes 0.58 / 0.52; 0.55 / 0.42; 32 bytes 0.58 / 0.50; 0.49 / 0.42.
-SLAB_STRIP_BYTES = 64
+# of 256 threads: 64 bytes 0.58 / 0.52; 0.55 / 0.42; 32 bytes 0.58 / 0.50; 0.49 / 0.42. Seventh
+# session (run s7-1, the st.async exchange), strips of 64 / 128 bytes alone: 0.66 / 0.74 and
+# 0.56 / 0.40; 0.55 / 0.54 and 0.45 / 0.30. The wide strips lose where their slices pass 64 KiB
+# (16384 steps: 128 KiB on 16 blocks), hence the ladder.
+SLAB_STRIP_BYTES = (128, 64)
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
 SLAB_MAX_THREADS = 256  # SLAB_MAX_THREADS there
@@ -480,11 +484,14 @@ def _slab_shape(n, inner, itemsize, vec, limits):
     """(packs per strip, cluster size) of the slab kernel, or None when it cannot hold the axis."""
     if itemsize > 4:
         return None
-    width = min(32, SLAB_MAX_COLS // vec, max(1, SLAB_STRIP_BYTES // (vec * itemsize)),
-                _pow2_at_least(math.ceil(inner / vec)))
-    size = _cluster_size(lambda s: _slab_slice_bytes(n, width, vec, itemsize, s), limits,
-                         lambda s: _slab_scratch(s, width * vec), (SLAB_SLICE_BYTES,))
-    return None if size is None else (width, size)
+    for strip in SLAB_STRIP_BYTES:
+        width = min(32, SLAB_MAX_COLS // vec, max(1, strip // (vec * itemsize)),
+                    _pow2_at_least(math.ceil(inner / vec)))
+        size = _cluster_size(lambda s: _slab_slice_bytes(n, width, vec, itemsize, s), limits,
+                             lambda s: _slab_scratch(s, width * vec), (SLAB_SLICE_BYTES,))
+        if size is not None and _slab_slice_bytes(n, width, vec, itemsize, size) <= SLAB_SLICE_BYTES:
+            return width, size
+    return None if size is None else (width, size)  # the last width, larger slices
 
 
 def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:

@@ -225,22 +225,27 @@ def test_layout_policy():
 
 def test_slab_policy():
     """A strided axis times a strip of the inner axis that fits a cluster goes to the slab
-    kernel (the smallest cluster with small slices); a longer axis, float64 or a GPU without
-    clusters to the two-pass columns kernel; a forced slab that cannot run raises."""
+    kernel (the widest strip and then the smallest cluster with small slices); a longer axis,
+    float64 or a GPU without clusters to the two-pass columns kernel; a forced slab that cannot
+    run raises."""
     def axis0(n, inner):
         return Layout(1, n, inner, (0, inner), (0, inner))
 
     p = d.plan(axis0(4096, 16384), 4, (0, 0), H200)
     launch = p.launch
     size, strip = launch.template[1], p.width * 16
-    assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES
+    assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES[0]
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
     assert launch.smem == d.SLAB_SCRATCH + 16 * size * (strip // 4) + math.ceil(4096 / size) * strip
     assert math.ceil(4096 / size) * strip <= d.SLAB_SLICE_BYTES
     assert size == d.CLUSTER_SIZES[0] or math.ceil(4096 / (size // 2)) * strip > d.SLAB_SLICE_BYTES
-    room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * H200.max_cluster * (strip // 4)
-    top = H200.max_cluster * (room // strip)  # steps held
-    assert d.plan(axis0(top, 4096), 4, (0, 0), H200).method == "slab"
+    # Past small slices on 16 blocks of the first width: the last width.
+    long = d.plan(axis0(16384, 4096), 4, (0, 0), H200)
+    assert (long.method, long.width * 16) == ("slab", d.SLAB_STRIP_BYTES[-1])
+    last = d.SLAB_STRIP_BYTES[-1]
+    room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * H200.max_cluster * (last // 4)
+    top = H200.max_cluster * (room // last)  # steps held
+    assert d.plan(axis0(top, 4096), 4, (0, 0), H200).width * 16 == last
     assert d.plan(axis0(top + 1, 4096), 4, (0, 0), H200).method == "columns"
     narrow = d.plan(axis0(4096, 40), 4, (0, 0), H200)  # 10 packs of 4 in strips of `strip` bytes
     assert (narrow.method, narrow.width) == ("slab", strip // 16)

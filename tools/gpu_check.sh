@@ -71,7 +71,7 @@ for what in ${@:-tests sanitize bench}; do
                 --no-long --widths 32,64,128,256,512,1024
         done ;;
     tune-axis0)
-        for v in SLAB_STRIP_BYTES=64 SLAB_STRIP_BYTES=128 SLAB_SLICE_BYTES=32768 \
+        for v in "SLAB_STRIP_BYTES=(128, 64)" "SLAB_STRIP_BYTES=(64,)" "SLAB_STRIP_BYTES=(128,)" SLAB_SLICE_BYTES=32768 \
                  SLAB_SLICE_BYTES=131072 SLAB_MAX_THREADS=128; do
             step "tune-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py "$v" -- \
                 --out "$OUT/tune-axis0" --repeat 10 --dtypes float32,bfloat16 --peers none --no-long \
