@@ -9,7 +9,8 @@ Read top-down, the choice is::
     rows of at most CLUSTER_MIN_BYTES that fit one
     block's shared memory                          -> "block"     row in shared memory, 1 + 1
     rows that fit a cluster's shared memory (sm_90+,
-    CLUSTER_SIZES blocks)                          -> "cluster"   row cut over a thread-block
+    CLUSTER_SIZES blocks) with CLUSTER_BLOCKS_PER_SM
+    of its blocks on an SM                         -> "cluster"   row cut over a thread-block
                                                                   cluster, 1 read + 1 write
     rows that fit one block (GPUs without clusters)-> "block"
     any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1
@@ -101,7 +102,7 @@ BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FU
 # Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
 # is portable; sm_90 allows 16 with the non-portable attribute, which _kernels sets). For each
 # limit of CLUSTER_SLICE_BYTES in turn, the smallest size whose slice per block is at most that
-# wins; else the smallest whose slice fits a block. Rows of more than CLUSTER_MIN_BYTES go to a
+# wins (past them: below). Rows of more than CLUSTER_MIN_BYTES go to a
 # cluster even when they fit one block. Evidence: H200, 2026-11-30 (second session, `tools/
 # gpu_check.sh tune`), fraction of copy, block / cluster: float32 16384 (64 KiB) 0.98 / 0.90,
 # 32768 (128 KiB) 0.84 / 0.86 (run 1: 0.77 / 0.85); bfloat16 32768 (64 KiB) 0.94 / 0.83, 65536
@@ -114,10 +115,22 @@ BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FU
 # / 0.92 / 0.85 against 0.93 / 0.90 / 0.88 / 0.83 (run s6-4, 32 KiB: 0.94 / 0.94 / 0.93). 32 KiB
 # alone sends float32 262144 and bfloat16 524288 to 128 KiB slices (0.69, 0.59); 128 KiB first
 # (s6-4): 0.60 to 0.76.
+#
+# Past those limits, the smallest size whose slices let CLUSTER_BLOCKS_PER_SM blocks share an SM
+# (slices of up to 112 KiB on the H200); rows that no size allows that go online (a forced
+# cluster still holds up to a whole block's shared memory per slice). Evidence: H200,
+# 2026-11-30, run s7-4 (two calls each), fraction of copy. Before, the smallest size that held
+# the row, one block an SM: float32 393216 / 458752 (8 blocks of 192 / 224 KiB) 0.74 / 0.74 to
+# 0.76, 524288 (16 of 128 KiB) 0.58; bfloat16 786432 / 917504 (8 blocks) 0.60 / 0.60, 1048576
+# (16 of 128 KiB) 0.51 to 0.52. Now: float32 393216 / 458752 (16 blocks of 96 / 112 KiB) 0.81 to
+# 0.82 / 0.81 to 0.82, 524288 online 0.61 to 0.62; bfloat16 0.71 / 0.73, 1048576 online 0.55
+# (chunks of 128 KiB, ONLINE_MIN_CHUNK_BYTES).
 CLUSTER_SIZES = (2, 4, 8, 16)
 PORTABLE_CLUSTER = 8
 CLUSTER_SLICE_BYTES = (32 * 1024, 64 * 1024)
 CLUSTER_MIN_BYTES = 64 * 1024
+CLUSTER_BLOCKS_PER_SM = 2
+BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 
 # Rows spread over the GPU ("grid", forced only): chunks of at least GRID_MIN_CHUNK_BYTES, at
 # most one chunk per SM (so a group of `chunks` blocks is resident wherever one block per SM
@@ -132,7 +145,6 @@ CLUSTER_MIN_BYTES = 64 * 1024
 # .. 0.55, online 0.46 .. 0.58), bfloat16 0.44 .. 0.46, 2**22 0.34 (online 0.43).
 GRID_MIN_CHUNK_BYTES = 32 * 1024
 GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ptxas, sm_90: 528)
-GRID_BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 
 # The two-pass kernels (online rows, columns) run in one launch, one resident wave of blocks
 # taking (line, chunk) items from a ticket counter (kernels/common.cuh), lines grouped so that a
@@ -404,6 +416,11 @@ def _cluster_size(slice_bytes, limits, scratch=lambda size: BLOCK_SCRATCH, small
     return None
 
 
+def _shared_slice_bytes(limits) -> int:
+    """The largest slice of a row's cluster block with CLUSTER_BLOCKS_PER_SM blocks an SM."""
+    return limits.smem_per_sm // CLUSTER_BLOCKS_PER_SM - BLOCK_RESERVED - BLOCK_SCRATCH
+
+
 def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     slice_bytes = _slice_bytes(cols, itemsize, vec, size)
     grid = min(MAX_GRID // size, rows) * size
@@ -442,7 +459,7 @@ def _grid_rows(rows, cols, itemsize, vec, limits) -> Plan | None:
         return None
     chunks = math.ceil(packs / per)
     threads = _threads_for(per * vec * itemsize)
-    per_sm = min(2048 // threads, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + GRID_BLOCK_RESERVED))
+    per_sm = min(2048 // threads, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + BLOCK_RESERVED))
     groups = min(limits.sm_count * max(1, per_sm) // chunks, rows)  # _kernels caps it at residency
     grid = groups * chunks
     launch = Launch("softmax_grid", (vec,), grid, threads, smem)
@@ -523,7 +540,10 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 "bytes per block"
             )
         return plan
-    size = _cluster_size(lambda s: _slice_bytes(cols, itemsize, vec, s), limits)
+    shared = _shared_slice_bytes(limits)
+    size = _cluster_size(lambda s: _slice_bytes(cols, itemsize, vec, s), limits,
+                         smalls=(*CLUSTER_SLICE_BYTES, shared))
+    shares_sm = size is not None and _slice_bytes(cols, itemsize, vec, size) <= shared
     one_block = fits_block(cols, itemsize, vec, limits)
     row_bytes = _padded_bytes(cols, itemsize, vec)
     if method == "block" or (method is None and one_block and (
@@ -543,7 +563,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"{itemsize} bytes do not fit"
             )
         return spread
-    if method == "cluster" or (method is None and size is not None):
+    if method == "cluster" or (method is None and shares_sm):
         if size is None:
             raise ValueError(
                 "method='cluster' needs thread-block clusters (compute capability 9.0+, this "

@@ -44,6 +44,15 @@ def block_max_cols(limits, itemsize, vec):
     return (limits.smem_per_block - BLOCK_SCRATCH) // (vec * itemsize) * vec
 
 
+def cluster_policy_cols(limits, itemsize, vec):
+    """The longest row the policy sends to a cluster under ``limits`` (a forced cluster holds
+    more): slices of CLUSTER_BLOCKS_PER_SM blocks an SM on the largest cluster."""
+    from cusoftmax import _dispatch as d
+
+    block = limits.smem_per_sm // d.CLUSTER_BLOCKS_PER_SM - d.BLOCK_RESERVED - d.BLOCK_SCRATCH
+    return limits.max_cluster * (block // (vec * itemsize)) * vec
+
+
 def to_host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 

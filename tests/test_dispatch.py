@@ -6,7 +6,7 @@ import pytest
 
 from cusoftmax import _dispatch as d
 from cusoftmax._layout import Layout
-from _support import block_max_cols
+from _support import block_max_cols, cluster_policy_cols
 
 H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0), smem_per_sm=233472)
 A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0), smem_per_sm=167936)
@@ -22,8 +22,6 @@ def grid_chunk_cols(limits, itemsize, vec):
     return room // (2 * vec * itemsize) * vec
 
 
-def cluster_max_cols(limits, itemsize, vec):
-    return limits.max_cluster * block_max_cols(limits, itemsize, vec)
 
 
 @pytest.mark.parametrize("limits", [H200, A100])
@@ -44,9 +42,14 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     if tiles_top > reg_top:
         cases += [(reg_top + 1, "tiles"), (tiles_top, "tiles")]
     if limits.clusters:
-        ctop = cluster_max_cols(limits, itemsize, vec)
+        ctop = cluster_policy_cols(limits, itemsize, vec)
         cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
                   (ctop - 1, "cluster"), (ctop, "cluster"), (ctop + 1, "online")]
+        # Forced, a cluster holds rows up to a whole block's shared memory per slice.
+        whole = limits.max_cluster * block_max_cols(limits, itemsize, vec)
+        assert rows_plan(whole, itemsize, vec, limits, method="cluster").method == "cluster"
+        with pytest.raises(ValueError, match="cluster"):
+            rows_plan(whole + vec, itemsize, vec, limits, method="cluster")
     else:
         cases += [(top - 1, "block"), (top, "block")]
     for cols, method in cases:
@@ -70,12 +73,13 @@ def test_block_limit_tracks_the_device():
 
 
 def test_cluster_size_is_the_smallest_with_small_slices():
-    for cols in (16385, 32768, 65536, 131072, 262144, 400000):
+    for cols in (16385, 32768, 65536, 131072, 262144, 400000, 600000):
         p = rows_plan(cols, method="cluster")
         size, slice_bytes = p.launch.template[1], p.launch.smem - d.BLOCK_SCRATCH
         assert slice_bytes * size >= cols * 4
         smaller = [s for s in d.CLUSTER_SIZES if s < size]
-        small = [b for b in d.CLUSTER_SLICE_BYTES if math.ceil(cols / H200.max_cluster) * 4 <= b]
+        ladder = (*d.CLUSTER_SLICE_BYTES, d._shared_slice_bytes(H200))  # then two blocks an SM
+        small = [b for b in ladder if math.ceil(cols / H200.max_cluster) * 4 <= b]
         if not small:  # none holds it in small slices: the smallest that fits
             assert all(d.BLOCK_SCRATCH + math.ceil(cols / s) * 4 > H200.smem_per_block for s in smaller)
         else:  # the smallest size under the first limit that some size meets
@@ -84,7 +88,7 @@ def test_cluster_size_is_the_smallest_with_small_slices():
     with pytest.raises(ValueError, match="cluster"):
         rows_plan(1000, method="cluster", limits=A100)
     with pytest.raises(ValueError, match="cluster"):
-        rows_plan(cluster_max_cols(H200, 4, 4) + 1, method="cluster")
+        rows_plan(H200.max_cluster * block_max_cols(H200, 4, 4) + 1, method="cluster")
 
 
 def test_tiles_shape():

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 import cusoftmax
 from cusoftmax import _dispatch
 from cusoftmax._layout import Layout, normalize_axes
-from _support import (BF16, FLOAT_DTYPES, assert_softmax, block_max_cols, build, make_values, requires_gpu,
-                      to_host, views)
+from _support import (BF16, FLOAT_DTYPES, assert_softmax, block_max_cols, build, cluster_policy_cols,
+                      make_values, requires_gpu, to_host, views)
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 pytestmark = requires_gpu
@@ -74,7 +74,10 @@ def test_widths_around_every_threshold(dtype):
     if dtype == np.float32:  # the longest row the grid kernel holds: a full block on every SM
         room = limits().smem_per_block - _dispatch.BLOCK_SCRATCH - _dispatch.GRID_STATIC_BYTES
         widths |= {limits().sm_count * (room // 32 * 4)}  # two chunks of 16-byte packs a block
-    widths |= {ctop - 1, ctop, ctop + 1} if ctop else set()
+    if ctop:  # the longest rows a forced cluster holds, and the policy's last cluster rows
+        isz = np.dtype(dtype).itemsize
+        ptop = cluster_policy_cols(limits(), isz, 16 // isz)
+        widths |= {ctop - 1, ctop, ctop + 1, ptop, ptop + 1}
     for cols in sorted(widths):
         x = cupy.asarray(make_values(rng, (3, cols), np.dtype(dtype), scale=4.0))
         results = {}
