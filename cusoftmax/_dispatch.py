@@ -155,8 +155,8 @@ GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ptxas,
 # groups of 3 rows at 0.42; hence 2 waves. Online rows in the fourth session: see below.
 COLUMNS_GROUP_WAVES = 2.0
 
-# Online rows: chunk length from the row length alone (never from the batch), at least
-# ONLINE_MIN_CHUNK elements and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
+# Online rows: chunk length from the row length and element size alone (never from the batch),
+# at least ONLINE_MIN_CHUNK_BYTES and at most ONLINE_MAX_CHUNKS chunks per row. Evidence: H200,
 # 2026-11-30, fraction of copy. Third session (a merging block per row), one row of 2**24 /
 # 2**27 float32: chunks of 64 Ki elements 0.51 / 0.56, 128 Ki 0.47 / 0.58. Fourth session (each
 # write item merges its row's chunks), runs 1 and 2, chunk : group waves, rows of 2**20 / 2**22
@@ -166,10 +166,13 @@ COLUMNS_GROUP_WAVES = 2.0
 # 16 Ki : 2, 0.53 / 0.50 / 0.35 / 0.54 / 0.48; 16 Ki : 0.5, 0.55 / 0.48 / 0.37 / 0.47 / 0.43;
 # 32 Ki : 1, 0.53 / 0.58 / 0.44 / 0.61 / 0.48; 32 Ki : 0.5, 0.50 to 0.62 / 0.61 / 0.45 / 0.60 /
 # 0.48; 128 Ki : 0.5, 0.58 / 0.57 / 0.44 / 0.52 / 0.61; 128 Ki : 0.25, 0.55 / 0.54 / 0.41 /
-# 0.50 / 0.61. Hence groups of half a wave, and chunks of 32 Ki elements up to rows of 2**25,
-# longer from there (2**27: 128 Ki).
+# 0.50 / 0.61. Hence groups of half a wave, and chunks of 32 Ki float32 elements (128 KiB) up to
+# rows of 2**25, longer from there (2**27: 128 Ki elements). Seventh session (run s7-3),
+# bfloat16 rows of 2**20 / 2**21 / 2**22 with chunks of 64 Ki elements (128 KiB): 0.55 / 0.54 /
+# 0.54, against 0.47 to 0.50 / 0.46 to 0.50 / 0.48 to 0.52 with 32 Ki (64 KiB) in the same
+# call; hence a length in bytes. Float64 (16 Ki elements) is not measured.
 ONLINE_GROUP_WAVES = 0.5
-ONLINE_MIN_CHUNK = 32 * 1024
+ONLINE_MIN_CHUNK_BYTES = 128 * 1024
 ONLINE_MAX_CHUNKS = 1024
 ONLINE_THREADS = 512
 ONLINE_BLOCKS_PER_SM = 2  # __launch_bounds__ of softmax_online
@@ -466,8 +469,8 @@ def _grid_rows(rows, cols, itemsize, vec, limits) -> Plan | None:
     return Plan("grid", vec, launch, chunk=per * vec, chunks=chunks, lines=rows)
 
 
-def _online(rows, cols, vec, limits) -> Plan:
-    chunk = max(ONLINE_MIN_CHUNK, math.ceil(cols / ONLINE_MAX_CHUNKS))
+def _online(rows, cols, itemsize, vec, limits) -> Plan:
+    chunk = max(ONLINE_MIN_CHUNK_BYTES // itemsize, math.ceil(cols / ONLINE_MAX_CHUNKS))
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(cols / chunk)
     return _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS,
@@ -571,7 +574,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"shared memory ({limits.smem_per_block} bytes each)"
             )
         return _cluster(rows, cols, itemsize, vec, size)
-    return _online(rows, cols, vec, limits)
+    return _online(rows, cols, itemsize, vec, limits)
 
 
 def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan | None:

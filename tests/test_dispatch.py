@@ -137,12 +137,13 @@ def test_online_chunks_do_not_depend_on_the_batch():
     assert p.chunk % p.vec == 0 and p.chunk * p.chunks >= 10**6 > p.chunk * (p.chunks - 1)
     huge = rows_plan(2**33, rows=3)
     assert huge.chunks == d.ONLINE_MAX_CHUNKS and huge.per_group == 1 and huge.lines == 3
-    assert rows_plan(2**24).chunk == d.ONLINE_MIN_CHUNK and rows_plan(2**27).chunk == 2**17
+    assert rows_plan(2**24).chunk == d.ONLINE_MIN_CHUNK_BYTES // 4 and rows_plan(2**27).chunk == 2**17
+    assert rows_plan(2**24, 2).chunk == d.ONLINE_MIN_CHUNK_BYTES // 2  # the same bytes
 
 
 def test_two_pass_groups_and_launch_size_from_the_device():
     resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM
-    p = rows_plan(4 * d.ONLINE_MIN_CHUNK, rows=1000, method="online")  # 4 chunks per row
+    p = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, rows=1000, method="online")  # 4 chunks per row
     assert p.chunks == 4 and p.launch.grid == resident
     assert p.per_group == math.ceil(d.ONLINE_GROUP_WAVES * resident / 4)
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass

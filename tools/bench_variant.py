@@ -1,7 +1,7 @@
 """The benchmark with dispatch constants changed, to measure a tuning constant against another
 value in the same run: `python3 tools/bench_variant.py NAME=VALUE ... -- BENCH ARGS`.
 
-Example: `tools/bench_variant.py ONLINE_MIN_CHUNK=16384 -- --methods online --widths 1048576`;
+Example: `tools/bench_variant.py ONLINE_MIN_CHUNK_BYTES=65536 -- --methods online --widths 1048576`;
 a table as a Python literal: `"BLOCK_THREADS=((16384, 128), (32768, 256), (65536, 256), (1e30, 1024))"`."""
 
 import ast

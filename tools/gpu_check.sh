@@ -84,9 +84,9 @@ for what in ${@:-tests sanitize bench}; do
                 --peers none --no-long --no-axis0 --widths 65536,131072,262144,524288 --methods cluster
         done ;;
     tune-online)  # online chunk length and group size (in waves of items)
-        for v in 32768_0.5 65536_0.5 65536_2 131072_0.5; do
+        for v in 131072_0.5 65536_0.5 262144_0.5 131072_2 131072_0.25; do
             step "tune-online-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
-                ONLINE_MIN_CHUNK=${v%_*} ONLINE_GROUP_WAVES=${v#*_} -- --out "$OUT/tune-online" \
+                ONLINE_MIN_CHUNK_BYTES=${v%_*} ONLINE_GROUP_WAVES=${v#*_} -- --out "$OUT/tune-online" \
                 --repeat 10 --dtypes float32,bfloat16 --peers none --no-axis0 --methods online \
                 --widths 1048576,4194304
         done ;;
