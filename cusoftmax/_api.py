@@ -25,8 +25,12 @@ def result_dtype(dtype) -> np.dtype:
 
 
 # Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, address % 16,
-# array's device, current device) -> run(x) returning the result. Keeps the host path thin.
+# array's device, current device) -> run(x, y) writing the result into y, a new array like x.
+# Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (the current device's
+# id) are set with the first entry; until then no input takes the fast path.
 _fast: dict = {}
+_fast_type = None
+_device = None
 
 
 def softmax(x, axis=-1, *, out=None, method=None):
@@ -84,13 +88,15 @@ def softmax(x, axis=-1, *, out=None, method=None):
     >>> cusoftmax.softmax(np.array([0.0, np.log(3.0)]))
     array([0.25, 0.75])
     """
-    if out is None and method is None and type(x) is _arrays.cupy_ndarray():
+    if type(x) is _fast_type and out is None and method is None:
         try:
             run = _fast.get(_fast_key(x, axis))
         except TypeError:  # an unhashable axis (a list): the general path says what is wrong
             run = None
         if run is not None:
-            return run(x)
+            y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
+            run(x, y)
+            return y
     src = _arrays.adapt(x)
     arr = src.array
     dtype = result_dtype(arr.dtype)
@@ -142,27 +148,19 @@ def _elem_strides(a) -> tuple[int, ...]:
 
 
 def _fast_key(x, axis):
-    import cupy
-
     mem = x.data
-    return (x.shape, x.strides, x.dtype, axis, mem.ptr & 15, mem.device_id,
-            cupy.cuda.runtime.getDevice())
+    return (x.shape, x.strides, x.dtype, axis, mem.ptr & 15, mem.device_id, _device())
 
 
 def _remember(x, axis, run) -> None:
     """Keep ``run`` for later calls like this one (a C-contiguous input on the current device
     gives a C-contiguous result, as cupy.empty makes it)."""
+    global _fast_type, _device
     import cupy
 
-    if len(_fast) < 4096 and x.flags.c_contiguous and x.device.id == cupy.cuda.runtime.getDevice():
-        shape, dtype, ndarray = x.shape, x.dtype, cupy.ndarray
-
-        def fast(a):
-            y = ndarray(shape, dtype)  # what cupy.empty makes, one call fewer
-            run(a, y)
-            return y
-
-        _fast[_fast_key(x, axis)] = fast
+    _fast_type, _device = cupy.ndarray, cupy.cuda.runtime.getDevice
+    if len(_fast) < 4096 and x.flags.c_contiguous and x.device.id == _device():
+        _fast[_fast_key(x, axis)] = run
 
 
 @lru_cache(maxsize=4096)

@@ -22,12 +22,6 @@ def cupy_or_none():
         return None
 
 
-def cupy_ndarray():
-    """cupy.ndarray, or None where CuPy is not installed."""
-    cupy = cupy_or_none()
-    return None if cupy is None else cupy.ndarray
-
-
 def _itself(a):
     """The wrapper of arrays that go back as they are (CuPy, NumPy, unknown producers)."""
     return a

@@ -79,13 +79,15 @@ def _bound(launch, dtype_name, device_id):
     return fn
 
 
-def _launcher(launch, fn, pointers: int, tail, cooperative=False):
-    """``go(*ptrs)``: launches ``fn`` on the current stream through the driver, with ``pointers``
-    device addresses followed by the fixed integer arguments ``tail``. Every argument has an
-    8-byte slot (an int parameter reads the low 4 bytes, little-endian), packed once per thread;
-    a call writes only the addresses. This costs about the driver's launch alone, where a
-    RawKernel call converts each argument again (tools/host_launch.py measures both).
-    ``cooperative``: every block resident at once, or the launch fails."""
+def _launcher(launch, fn, tail, cooperative=False, workspace=None):
+    """``run(x, y)``: launches ``fn`` on CuPy arrays x and y on the current stream through the
+    driver, with their device addresses followed by the fixed integer arguments ``tail``;
+    ``workspace``: (bytes, bytes to zero) of a two-pass kernel's workspace, allocated and zeroed
+    on the same stream and passed after y. Every argument has an 8-byte slot (an int parameter
+    reads the low 4 bytes, little-endian), packed once per thread; a call writes only the
+    addresses. This costs about the driver's launch alone, where a RawKernel call converts each
+    argument again (tools/host_launch.py measures both). ``cooperative``: every block resident
+    at once, or the launch fails."""
     import ctypes
 
     import cupy
@@ -93,8 +95,7 @@ def _launcher(launch, fn, pointers: int, tail, cooperative=False):
 
     ptr, grid, block, smem = fn.kernel.ptr, launch.grid, launch.block, launch.smem
     current_stream = cupy.cuda.get_current_stream
-    launch_kernel = driver.launchCooperativeKernel if cooperative else driver.launchKernel
-    extra = () if cooperative else (0,)  # the cooperative launch takes no `extra`
+    pointers = 2 if workspace is None else 3
     n = pointers + len(tail)
     per_thread = threading.local()  # a slot buffer is written and read by one launch at a time
 
@@ -102,15 +103,30 @@ def _launcher(launch, fn, pointers: int, tail, cooperative=False):
         buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail))
         base = ctypes.addressof(buf)
         params = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
-        per_thread.buf = (buf, params, ctypes.addressof(params))
+        per_thread.buf = (buf, ctypes.addressof(params), params)
         return per_thread.buf
 
-    def go(*ptrs):
-        buf, _, params = getattr(per_thread, "buf", None) or slots()
-        buf[:pointers] = ptrs
+    launch_kernel = driver.launchCooperativeKernel if cooperative else driver.launchKernel
+    extra = () if cooperative else (0,)  # the cooperative launch takes no `extra`
+
+    def run(x, y, work=None):
+        buf, params, _ = getattr(per_thread, "buf", None) or slots()
+        buf[0] = x.data.ptr
+        buf[1] = y.data.ptr
+        if work is not None:
+            buf[2] = work.data.ptr
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
-    return go
+    if workspace is None:
+        return run
+    nbytes, zeroed = workspace
+
+    def run_two_pass(x, y):
+        work = cupy.empty(nbytes, dtype=np.uint8)
+        work.data.memset_async(0, zeroed)  # on the current stream, as the launch
+        run(x, y, work)
+
+    return run_two_pass
 
 
 def _resident_grid(launch, fn, plan, device_id):
@@ -145,31 +161,22 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     outer, n, inner = layout.outer, layout.n, layout.inner
     (xso, xsn), (yso, ysn) = layout.xs, layout.ys
     if plan.method in ("registers", "tiles"):
-        go = _launcher(launch, fn, 2, (outer, n, xso, yso, plan.width))
-    elif plan.method in ("block", "cluster"):
-        go = _launcher(launch, fn, 2, (outer, n, xso, yso))
-    elif plan.method == "slab":
-        go = _launcher(launch, fn, 2, (outer, n, inner, xso, xsn, yso, ysn, plan.width))
-    elif plan.method in ("grid", "online", "columns"):
-        from ._dispatch import workspace_bytes
-
-        nbytes, zeroed = workspace_bytes(plan)
-        if plan.method == "grid":
-            launch = _resident_grid(launch, fn, plan, device_id)
-            tail = (outer, n, xso, yso, plan.chunk, plan.chunks)
-        elif plan.method == "online":
-            tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group)
-        else:
-            tail = (outer, n, inner, xso, xsn, yso, ysn, plan.chunk, plan.chunks, plan.per_group,
-                    plan.width)
-        go = _launcher(launch, fn, 3, tail, cooperative=plan.method == "grid")  # x, y, workspace
-
-        def run_two_pass(x, y):
-            work = cupy.empty(nbytes, dtype=np.uint8)
-            work.data.memset_async(0, zeroed)  # on the current stream, as the launch
-            go(x.data.ptr, y.data.ptr, work.data.ptr)
-
-        return run_two_pass
-    else:
+        return _launcher(launch, fn, (outer, n, xso, yso, plan.width))
+    if plan.method in ("block", "cluster"):
+        return _launcher(launch, fn, (outer, n, xso, yso))
+    if plan.method == "slab":
+        return _launcher(launch, fn, (outer, n, inner, xso, xsn, yso, ysn, plan.width))
+    if plan.method not in ("grid", "online", "columns"):
         raise AssertionError(plan.method)
-    return lambda x, y: go(x.data.ptr, y.data.ptr)
+    from ._dispatch import workspace_bytes
+
+    if plan.method == "grid":
+        launch = _resident_grid(launch, fn, plan, device_id)
+        tail = (outer, n, xso, yso, plan.chunk, plan.chunks)
+    elif plan.method == "online":
+        tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group)
+    else:
+        tail = (outer, n, inner, xso, xsn, yso, ysn, plan.chunk, plan.chunks, plan.per_group,
+                plan.width)
+    return _launcher(launch, fn, tail, cooperative=plan.method == "grid",
+                     workspace=workspace_bytes(plan))
