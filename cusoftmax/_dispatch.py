@@ -470,6 +470,7 @@ def _grid_rows(rows, cols, itemsize, vec, limits) -> Plan | None:
 
 
 def _online(rows, cols, itemsize, vec, limits) -> Plan:
+    # Below 2**31 elements for any row that fits a GPU (the kernel's offsets within a chunk).
     chunk = max(ONLINE_MIN_CHUNK_BYTES // itemsize, math.ceil(cols / ONLINE_MAX_CHUNKS))
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(cols / chunk)

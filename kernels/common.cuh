@@ -82,6 +82,10 @@ __device__ inline bool shift_ok(float m) { return fabsf(m) <= 8388608.0f; }
 __device__ inline bool shift_ok(double) { return false; }
 __device__ inline float shift_of(float m) { return m * 1.4426950408889634f; }
 __device__ inline double shift_of(double m) { return m; }
+// r = m * log2(e) - shift_of(m), exact (one FMA gives a product's rounding error exactly): a
+// caller whose sum did not use the same shift multiplies exp_shifted's terms by 2^-r.
+__device__ inline float shift_rounding(float m) { return fmaf(m, 1.4426950408889634f, -shift_of(m)); }
+__device__ inline double shift_rounding(double) { return 0.0; }
 __device__ inline float exp_shifted(float x, float s) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, 1.4426950408889634f, -s)));
