@@ -563,6 +563,14 @@ template <int CL> struct Mail {
         cluster_arrive<CL>();
     }
     __device__ void opened() const { cluster_wait<CL>(); }
+    // Once every thread of the block is past its last wait (so every round this block receives
+    // is complete and no peer touches its shared memory again): thread 0 invalidates both
+    // barriers, as PTX asks before an mbarrier's memory is used for anything else (here: by the
+    // next block on the SM).
+    __device__ void close() const {
+        if (threadIdx.x == 0)
+            for (int i = 0; i < 2; ++i) asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(addr(bar + i)) : "memory");
+    }
     // Thread 0, once a round: the bytes this block receives in round k.
     __device__ void expect(int k, unsigned bytes) const {
         unsigned long long state;

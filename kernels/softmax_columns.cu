@@ -306,6 +306,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         // places are each walked by one thread.
     }
     if (k == 0) mail.opened();  // no line: still leave the cluster barrier
+    mail.close();  // past the last line's barrier after its waits
 }
 #endif
 

@@ -274,8 +274,10 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         }
         st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
     }
-    if constexpr (CL > 1)
+    if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier
+        mail.close();  // past cluster_merge's last barrier
+    }
 }
 
 template <typename T, int V>
