@@ -82,8 +82,14 @@ WARP_BLOCK = 128
 # 0.97 / 0.97, float32 0.97 / 0.97 / 0.96 / 0.96 / 0.97. So 16 elements.
 WARP_LANE_VALUES = 16
 WARP_MAX_ROWS = 4
-# Grid: at most WARP_WAVES full residencies of the block size; units loop over rows.
-WARP_WAVES = 4
+# Grid: at most WARP_WAVES full residencies of the block size (2048 threads an SM, whatever the
+# registers allow); units loop over rows. Evidence: H200, 2026-11-30 (eighth session, runs s8-1
+# and s8-2, 2**26 elements), fraction of copy at widths 32 / 64 / 128 / 256 / 512 / 1024 / 2048
+# (1024 float32 and 2048 are the tiles kernel's): WARP_WAVES 4: float32 0.97 / 0.96 / 0.97 /
+# 0.96 / 0.97 / 0.97 / 0.98, bfloat16 0.95 / 0.97 / 0.95 / 0.98 / 0.96 / 0.97 / 0.96; 8: float32
+# 0.98 / 0.96 / 0.98 / 0.96 / 0.96 / 0.98 / 0.98, bfloat16 0.98 / 0.98 / 0.96 / 0.98 / 0.99 /
+# 0.97 / 0.96; 16: bfloat16 32 to 256 0.88 to 0.93; 1 and 2 (s8-1): 0.85 to 0.98.
+WARP_WAVES = 8
 
 # Short rows staged in shared memory ("tiles"): blocks of TILES_BLOCK threads, each warp stages
 # about TILES_WARP_BYTES of rows before reducing any (R rows per lane group, R in TILES_ROWS).
