@@ -26,8 +26,9 @@ def result_dtype(dtype) -> np.dtype:
 
 # Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, address % 16,
 # array's device, current device) -> run(x, y) writing the result into y, a new array like x.
-# Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (the current device's
-# id) are set with the first entry; until then no input takes the fast path.
+# Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice, which
+# returns the current device's id) are set with the first entry; until then no input takes the
+# fast path.
 _fast: dict = {}
 _fast_type = None
 _device = None
