@@ -387,6 +387,58 @@ __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, 
     }
 }
 
+// ---- a run of global memory walked by a whole block in batches (online chunks, cluster spills).
+// Calls f(c, v, whole) for each of this thread's packs of the `n` elements at xr (n < 2^31:
+// 32-bit offsets), in a block of exactly THREADS threads (pack p of the run is thread p % THREADS's):
+// c the pack's offset, v its values, `whole` true where the pack is inside (a constant at each
+// call, so an inlined f tests it at compile time). WALK_BATCH packs are loaded before any is
+// used; a batch wholly inside the run (every batch but the last) loads and stores without a
+// bound test per pack.
+template <int THREADS, typename T, int V, typename F>
+__device__ inline void walk_run(const T* xr, int n, F&& f) {
+    using C = compute_t<T>;
+    constexpr int WALK_BATCH = 4;  // bytes in flight to cover DRAM latency
+    constexpr int STEP = THREADS * V;
+    int c0 = int(threadIdx.x) * V;
+    for (; c0 + (WALK_BATCH - 1) * STEP + V <= n; c0 += WALK_BATCH * STEP) {
+        word_t<T, V> w[WALK_BATCH];
+#pragma unroll
+        for (int b = 0; b < WALK_BATCH; ++b) w[b] = *reinterpret_cast<const word_t<T, V>*>(xr + c0 + b * STEP);
+#pragma unroll
+        for (int b = 0; b < WALK_BATCH; ++b) {
+            C v[V];
+            unpack_word<T, V>(w[b], v);
+            f(c0 + b * STEP, v, true);
+        }
+    }
+    if (c0 < n) {  // the run's last, partial batch: -inf past its end
+        word_t<T, V> w[WALK_BATCH];
+#pragma unroll
+        for (int b = 0; b < WALK_BATCH; ++b) w[b] = load_row_word<T, V>(xr, c0 + b * STEP, n, neg_inf<C>());
+#pragma unroll
+        for (int b = 0; b < WALK_BATCH; ++b) {
+            C v[V];
+            unpack_word<T, V>(w[b], v);
+            f(c0 + b * STEP, v, false);
+        }
+    }
+}
+
+// exp(x - m) * scale for the run's packs, stored at yr (SHIFTED: by exp_shifted, m passes
+// shift_ok).
+template <bool SHIFTED, int THREADS, typename T, int V, typename C>
+__device__ inline void write_run(const T* xr, T* yr, int n, C m, C scale) {
+    const C s = shift_of(m);
+    walk_run<THREADS, T, V>(xr, n, [&](int c, C(&v)[V], bool whole) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
+        if (whole)
+            store_pack_global<T, V>(yr + c, pack_out<T, V>(v));
+        else
+            store_row_pack<T, V>(yr, c, n, v);
+    });
+}
+
 // ---- two-pass work in one launch: line-by-line partials, then the writes, in L2-sized groups.
 // A "line" is what one softmax normaliser covers (a row, or a strip of columns); it is cut into
 // `chunks` chunks, and a block works on one (line, chunk) item at a time. Pass 1 ("read" items)

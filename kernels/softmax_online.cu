@@ -18,66 +18,16 @@
 
 namespace csm {
 
-// Packs each thread loads before using any: bytes in flight to cover DRAM latency.
-constexpr int ONLINE_BATCH = 4;
 // Blocks of ONLINE_THREADS threads, at least 2 resident per SM (at most 64 registers per thread).
 constexpr int ONLINE_THREADS = 512;
-
-// Calls f(c, v, whole) for each of this thread's packs of the `n` elements at xc (a chunk, so
-// n < 2^31: 32-bit offsets): c the pack's offset, v its values, `whole` true where the pack is
-// inside (a constant at each call, so an inlined f tests it at compile time). ONLINE_BATCH packs
-// are loaded before any is used; a batch wholly inside the chunk (every batch but the last of a
-// row's last chunk) loads and stores without a bound test per pack.
-template <typename T, int V, typename F>
-__device__ inline void walk_chunk(const T* xc, int n, F&& f) {
-    using C = compute_t<T>;
-    constexpr int STEP = ONLINE_THREADS * V;
-    int c0 = int(threadIdx.x) * V;
-    for (; c0 + (ONLINE_BATCH - 1) * STEP + V <= n; c0 += ONLINE_BATCH * STEP) {
-        word_t<T, V> w[ONLINE_BATCH];
-#pragma unroll
-        for (int b = 0; b < ONLINE_BATCH; ++b) w[b] = *reinterpret_cast<const word_t<T, V>*>(xc + c0 + b * STEP);
-#pragma unroll
-        for (int b = 0; b < ONLINE_BATCH; ++b) {
-            C v[V];
-            unpack_word<T, V>(w[b], v);
-            f(c0 + b * STEP, v, true);
-        }
-    }
-    if (c0 < n) {  // the chunk's last, partial batch: -inf past its end
-        word_t<T, V> w[ONLINE_BATCH];
-#pragma unroll
-        for (int b = 0; b < ONLINE_BATCH; ++b) w[b] = load_row_word<T, V>(xc, c0 + b * STEP, n, neg_inf<C>());
-#pragma unroll
-        for (int b = 0; b < ONLINE_BATCH; ++b) {
-            C v[V];
-            unpack_word<T, V>(w[b], v);
-            f(c0 + b * STEP, v, false);
-        }
-    }
-}
 
 // A read item: the chunk's (m, d) into the workspace, then counted (nothing waits for it).
 template <typename T, int V, typename C>
 __device__ inline void online_read(const T* xc, int n, double* chunk_part, unsigned* row_count,
                                    acc_t* scratch) {
     MD<C> s = MD<C>::identity();
-    walk_chunk<T, V>(xc, n, [&](int, C(&v)[V], bool) { s.push_pack(v); });
+    walk_run<ONLINE_THREADS, T, V>(xc, n, [&](int, C(&v)[V], bool) { s.push_pack(v); });
     publish_chunk(chunk_part, block_merge(s, scratch), row_count);
-}
-
-// exp(x - m) * scale for the chunk's packs, stored (SHIFTED: by exp_shifted, m passes shift_ok).
-template <bool SHIFTED, typename T, int V, typename C>
-__device__ inline void write_chunk(const T* xc, T* yc, int n, C m, C scale) {
-    const C s = shift_of(m);
-    walk_chunk<T, V>(xc, n, [&](int c, C(&v)[V], bool whole) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
-        if (whole)
-            store_pack_global<T, V>(yc + c, pack_out<T, V>(v));
-        else
-            store_row_pack<T, V>(yc, c, n, v);
-    });
 }
 
 // A write item: once every chunk of the row is counted, the row's (m, d) from its chunks' pairs
@@ -91,9 +41,9 @@ __device__ inline void online_write(const T* xc, T* yc, int n, long long chunks,
     const MD<C> s = merge_chunks<C>(row_part, chunks, scratch);
     const C scale = scale_of(s.d, C());
     if (shift_ok(s.m))  // d came from exp(x - m) itself: the shift's rounding goes into the scale
-        write_chunk<true, T, V>(xc, yc, n, s.m, scale * exp_shifted(C(0), shift_rounding(s.m)));
+        write_run<true, ONLINE_THREADS, T, V>(xc, yc, n, s.m, scale * exp_shifted(C(0), shift_rounding(s.m)));
     else
-        write_chunk<false, T, V>(xc, yc, n, s.m, scale);
+        write_run<false, ONLINE_THREADS, T, V>(xc, yc, n, s.m, scale);
 }
 
 template <typename T, int V>
@@ -105,7 +55,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, 2) softmax_online(const T* x, 
     __shared__ unsigned long long slot;
     const Schedule plan{rows, chunks, per_group, (rows + per_group - 1) / per_group};
     const Workspace ws(work, rows, 1);
-    if (blockDim.x != ONLINE_THREADS) __trap();  // walk_chunk steps by ONLINE_THREADS packs
+    if (blockDim.x != ONLINE_THREADS) __trap();  // walk_run steps by ONLINE_THREADS packs
     for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), &slot); t < plan.tickets();) {
         const unsigned long long next = prefetch_ticket(ws.ticket);
         long long row, c;
