@@ -12,6 +12,9 @@ Read top-down, the choice is::
     CLUSTER_SIZES blocks) with CLUSTER_BLOCKS_PER_SM
     of its blocks on an SM                         -> "cluster"   row cut over a thread-block
                                                                   cluster, 1 read + 1 write
+    rows up to (1 + CLUSTER_SPILL_MAX) times that  -> "cluster"   each block holds what it can,
+                                                                  reads the rest of its slice
+                                                                  twice
     rows that fit one block (GPUs without clusters)-> "block"
     any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1
                                                                   write (the second may hit L2)
@@ -136,6 +139,18 @@ PORTABLE_CLUSTER = 8
 CLUSTER_SLICE_BYTES = (32 * 1024, 64 * 1024)
 CLUSTER_MIN_BYTES = 64 * 1024
 CLUSTER_BLOCKS_PER_SM = 2
+# Longer rows: the largest cluster, each block holding what two blocks an SM allow and reading the
+# rest of its slice (its spill) twice, in blocks of SPILL_THREADS; the policy takes it while the
+# spill is at most CLUSTER_SPILL_MAX times the held part, else online. Evidence: H200,
+# 2026-11-30, runs s9-2 and s9-3 (two rounds each), fraction of copy, forced cluster / online by
+# spill ratio: float32 524288 (0.14) 0.77 to 0.78 / 0.51 to 0.63, 655360 (0.43) 0.65 to 0.69 /
+# 0.57 to 0.62, 786432 (0.71) 0.63 to 0.65 / 0.59 to 0.64, 917504 (1.0) 0.60 to 0.63 / 0.56 to
+# 0.62, 2**20 (1.28) 0.60 / 0.61 to 0.63; bfloat16 2**20 (0.14) 0.66 / 0.58 to 0.60, 1310720
+# (0.43) 0.58 to 0.59 / 0.55 to 0.56, 1572864 (0.71) 0.58 / 0.60 to 0.61, 1835008 (1.0) 0.51 to
+# 0.54 / 0.56 to 0.57, 2**21 (1.28) 0.53 to 0.54 / 0.56 to 0.57. Float32 would gain up to 1.0
+# (by 0.01 to 0.04); bfloat16 loses past 0.5, so one limit for both.
+CLUSTER_SPILL_MAX = 0.5
+SPILL_THREADS = 512  # SPILL_THREADS in kernels/softmax_fused.cu
 BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 
 # Rows spread over the GPU ("grid", forced only): chunks of at least GRID_MIN_CHUNK_BYTES, at
@@ -286,6 +301,7 @@ class Plan:
     width: int = 0  # registers, tiles: lanes per row; columns, slab: packs per strip
     per_group: int = 0  # online, columns: lines per group
     lines: int = 0  # grid, online, columns: rows or strips (the workspace's size); slab: strips
+    held: int = 0  # cluster with a spill: packs of its slice a block holds on chip
 
 
 def _pow2_at_least(v: int) -> int:
@@ -319,9 +335,11 @@ def templates(itemsize: int, clusters: bool = True):
             yield "softmax_columns", (vec,)
         if clusters:
             for size in CLUSTER_SIZES:
-                yield "softmax_cluster", (vec, size)
+                yield "softmax_cluster", (vec, size, 0)
                 if itemsize <= 4:
                     yield "softmax_slab", (vec, size)
+            for size in sorted({PORTABLE_CLUSTER, CLUSTER_SIZES[-1]}):  # the largest, spilling
+                yield "softmax_cluster", (vec, size, 1)
 
 
 def _padded_bytes(cols, itemsize, vec):
@@ -433,9 +451,27 @@ def _shared_slice_bytes(limits) -> int:
 def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     slice_bytes = _slice_bytes(cols, itemsize, vec, size)
     grid = min(MAX_GRID // size, rows) * size
-    launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes),
+    launch = Launch("softmax_cluster", (vec, size, 0), grid, _threads_for(slice_bytes),
                     BLOCK_SCRATCH + slice_bytes)
     return Plan("cluster", vec, launch)
+
+
+def _spilled_cluster(rows, cols, itemsize, vec, limits):
+    """(plan, spill per held byte) for a row longer than the largest cluster holds with
+    CLUSTER_BLOCKS_PER_SM blocks an SM: each block holds as much of its slice as that allows and
+    reads the rest twice (fewer than 2**31 elements: the kernel's offsets in a spill); None
+    without clusters, where no spill is needed, or past that."""
+    if not limits.clusters:
+        return None
+    size = limits.max_cluster
+    held = _shared_slice_bytes(limits) // (vec * itemsize)
+    per = math.ceil(math.ceil(cols / vec) / size)
+    if per <= held or (per - held) * vec >= 2**31:
+        return None
+    grid = min(MAX_GRID // size, rows) * size
+    launch = Launch("softmax_cluster", (vec, size, 1), grid, SPILL_THREADS,
+                    BLOCK_SCRATCH + held * vec * itemsize)
+    return Plan("cluster", vec, launch, held=held), (per - held) / held
 
 
 def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves, limits,
@@ -573,12 +609,16 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"{itemsize} bytes do not fit"
             )
         return spread
-    if method == "cluster" or (method is None and shares_sm):
+    spilled = None if shares_sm else _spilled_cluster(rows, cols, itemsize, vec, limits)
+    if method == "cluster" or (method is None and (
+            shares_sm or (spilled is not None and spilled[1] <= CLUSTER_SPILL_MAX))):
+        if spilled is not None:
+            return spilled[0]
         if size is None:
             raise ValueError(
                 "method='cluster' needs thread-block clusters (compute capability 9.0+, this "
-                f"device: {limits.capability}) and the row in {limits.max_cluster} blocks' "
-                f"shared memory ({limits.smem_per_block} bytes each)"
+                f"device: {limits.capability}) and rows that leave each of its blocks fewer "
+                "than 2**31 elements to read twice"
             )
         return _cluster(rows, cols, itemsize, vec, size)
     return _online(rows, cols, itemsize, vec, limits)

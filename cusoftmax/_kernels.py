@@ -162,8 +162,10 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     (xso, xsn), (yso, ysn) = layout.xs, layout.ys
     if plan.method in ("registers", "tiles"):
         return _launcher(launch, fn, (outer, n, xso, yso, plan.width))
-    if plan.method in ("block", "cluster"):
+    if plan.method == "block":
         return _launcher(launch, fn, (outer, n, xso, yso))
+    if plan.method == "cluster":
+        return _launcher(launch, fn, (outer, n, xso, yso, plan.held))
     if plan.method == "slab":
         return _launcher(launch, fn, (outer, n, inner, xso, xsn, yso, ysn, plan.width))
     if plan.method not in ("grid", "online", "columns"):

@@ -13,10 +13,13 @@
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
 //                           limit), staged by asynchronous copies, then walked three times on
 //                           chip (max, sum of exp, write).
-//   softmax_cluster<T, V, CL>  (sm_90 and newer) the same with the row cut into CL slices, one
+//   softmax_cluster<T, V, CL, SPILL>  (sm_90 and newer) the same with the row cut into CL slices, one
 //                           per block of a thread-block cluster; the blocks merge their slices'
 //                           (max, sum) pairs through distributed shared memory, and each writes
-//                           its slice. Rows up to CL times a block's shared memory.
+//                           its slice. Rows up to CL times a block's shared memory; SPILL:
+//                           longer rows, each block holding the first `held` packs of its
+//                           slice and reading the rest from global memory twice (read with the
+//                           held packs in flight, then again for the writes).
 //   softmax_grid<T, V>      the row cut into `chunks` chunks of `chunk` elements held by a
 //                           group of `chunks` blocks anywhere on the GPU (all resident at once:
 //                           a cooperative launch): each block stages its chunk, publishes the
@@ -238,12 +241,19 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
 // bits).
 constexpr int FUSED_SCRATCH = 100 * sizeof(acc_t);
 
+// A cluster block with a spill: blocks of exactly SPILL_THREADS threads (walk_run's steps), two
+// an SM (at most 64 registers a thread).
+constexpr int SPILL_THREADS = 512;
+
 // Rows first, first + step, ... with this block holding slice `rank` of CL of each row's packs.
 // A block reduces its slice to (max, sum of exp against that max); a cluster merges the blocks'
-// pairs once a row, sent to each other (Mail: no cluster barrier a row).
-template <typename T, int V, int CL>
+// pairs once a row, sent to each other (Mail: no cluster barrier a row). SPILL: the block holds
+// the first `held` packs of its slice on chip; the rest (its spill, fewer than 2^31 elements) is
+// read from global memory while the held packs load, as a running (m, d), and read again for its
+// writes.
+template <typename T, int V, int CL, int SPILL>
 __device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
-                                  long long ldy, long long first, long long step, int rank) {
+                                  long long ldy, long long first, long long step, int rank, int held) {
     static_assert(CL <= 16, "FUSED_SCRATCH receives pairs from up to 16 blocks");
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -254,25 +264,35 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
     const int per = int((packs + CL - 1) / CL);
     const long long k0 = (long long)rank * per;
     const long long left = cols - k0 * V;  // elements of each row from this slice on
+    const int mine = int(max(0LL, min(packs, k0 + per) - k0));  // the slice's packs in the row
+    const int kept = SPILL ? min(mine, held) : mine;  // packs held on chip
+    const int spill = SPILL ? int(max(0LL, min(left, (long long)mine * V) - (long long)kept * V)) : 0;
     const Staged<T, V> st{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
-                          int(blockDim.x), int(max(0LL, min(packs, k0 + per) - k0))};
+                          int(blockDim.x), kept};
     if constexpr (CL > 1) mail.open();
     int k = 0;  // rows done
     for (long long row = first; row < rows; row += step, ++k) {
         st.load(x + row * ldx + k0 * V, left);  // one DRAM read per element
         if constexpr (CL > 1)
             if (k == 0) mail.opened();  // while the first row loads
+        MD<C> sp = MD<C>::identity();
+        const long long xs = row * ldx + (k0 + kept) * V;  // the spill's first element
+        if constexpr (SPILL) walk_run<SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.push_pack(v); });
         copy_wait();
-        C m = block_reduce(st.max(), cscratch, MaxOp());
+        C m = block_reduce(fmax(st.max(), sp.m), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
-        acc_t d = block_reduce(acc_t(st.template sum<CL == 1>(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
+        acc_t dt = acc_t(st.template sum<CL == 1>(m == neg_inf<C>() ? C(0) : m));
+        if constexpr (SPILL) dt += sp.m == m ? sp.d : sp.d * exp(acc_t(sp.m) - acc_t(m));
+        acc_t d = block_reduce(dt, scratch, SumOp());
         if constexpr (CL > 1) {
             const MD<C> s = cluster_merge<CL>(m, d, mail, k, unsigned(rank), scratch + 34, scratch + 32);
             m = s.m;
             d = s.d;
         }
-        st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
+        const C scale = scale_of(d, C());
+        st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale);
+        if constexpr (SPILL) write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V), spill, m, scale);
     }
     if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier
@@ -283,15 +303,17 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
 template <typename T, int V>
 __global__ void softmax_block(const T* x, T* y, long long rows, long long cols, long long ldx,
                               long long ldy) {
-    fused_rows<T, V, 1>(x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0);
+    fused_rows<T, V, 1, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0, 0);
 }
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
-template <typename T, int V, int CL>
-__global__ void __cluster_dims__(CL, 1, 1)
-    softmax_cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
-    fused_rows<T, V, CL>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
-                         cluster_rank<CL>());
+template <typename T, int V, int CL, int SPILL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL ? SPILL_THREADS : 1024, 2)
+    softmax_cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
+                    int held) {
+    if (SPILL && blockDim.x != SPILL_THREADS) __trap();  // walk_run steps by SPILL_THREADS packs
+    fused_rows<T, V, CL, SPILL>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+                                cluster_rank<CL>(), held);
 }
 #endif
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.special
@@ -44,13 +46,22 @@ def block_max_cols(limits, itemsize, vec):
     return (limits.smem_per_block - BLOCK_SCRATCH) // (vec * itemsize) * vec
 
 
-def cluster_policy_cols(limits, itemsize, vec):
-    """The longest row the policy sends to a cluster under ``limits`` (a forced cluster holds
-    more): slices of CLUSTER_BLOCKS_PER_SM blocks an SM on the largest cluster."""
+def cluster_held_cols(limits, itemsize, vec):
+    """The longest row a cluster holds on chip under ``limits``: slices of
+    CLUSTER_BLOCKS_PER_SM blocks an SM on the largest cluster (longer rows spill)."""
     from cusoftmax import _dispatch as d
 
     block = limits.smem_per_sm // d.CLUSTER_BLOCKS_PER_SM - d.BLOCK_RESERVED - d.BLOCK_SCRATCH
     return limits.max_cluster * (block // (vec * itemsize)) * vec
+
+
+def cluster_policy_cols(limits, itemsize, vec):
+    """The longest row the policy sends to a cluster under ``limits`` (a forced cluster takes
+    any): each block's spill at most CLUSTER_SPILL_MAX times the packs it holds."""
+    from cusoftmax import _dispatch as d
+
+    held = cluster_held_cols(limits, itemsize, vec) // (limits.max_cluster * vec)
+    return limits.max_cluster * math.floor(held * (1 + d.CLUSTER_SPILL_MAX)) * vec
 
 
 def to_host(a) -> np.ndarray:

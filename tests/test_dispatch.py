@@ -6,7 +6,7 @@ import pytest
 
 from cusoftmax import _dispatch as d
 from cusoftmax._layout import Layout
-from _support import block_max_cols, cluster_policy_cols
+from _support import block_max_cols, cluster_held_cols, cluster_policy_cols
 
 H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0), smem_per_sm=233472)
 A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0), smem_per_sm=167936)
@@ -40,14 +40,19 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     if tiles_top > reg_top:
         cases += [(reg_top + 1, "tiles"), (tiles_top, "tiles")]
     if limits.clusters:
-        ctop = cluster_policy_cols(limits, itemsize, vec)
+        htop, ctop = cluster_held_cols(limits, itemsize, vec), cluster_policy_cols(limits, itemsize, vec)
         cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
-                  (ctop - 1, "cluster"), (ctop, "cluster"), (ctop + 1, "online")]
-        # Forced, a cluster holds rows up to a whole block's shared memory per slice.
-        whole = limits.max_cluster * block_max_cols(limits, itemsize, vec)
-        assert rows_plan(whole, itemsize, vec, limits, method="cluster").method == "cluster"
-        with pytest.raises(ValueError, match="cluster"):
-            rows_plan(whole + vec, itemsize, vec, limits, method="cluster")
+                  (htop, "cluster"), (htop + 1, "cluster"), (ctop - 1, "cluster"),
+                  (ctop, "cluster"), (ctop + 1, "online")]
+        # Held on chip up to htop; past it each block spills the rest of its slice.
+        assert rows_plan(htop, itemsize, vec, limits).launch.template[2] == 0
+        # Forced, a cluster takes rows up to spills of 2**31 elements a block.
+        for cols in (htop + 1, ctop, ctop + 1, 2**31 + 7, 2**34):
+            p = rows_plan(cols, itemsize, vec, limits, method="cluster")
+            assert p.method == "cluster" and p.launch.template == (vec, limits.max_cluster, 1)
+            assert p.held * limits.max_cluster * vec < cols and p.launch.block == d.SPILL_THREADS
+        with pytest.raises(ValueError, match="2\\*\\*31"):
+            rows_plan(2**36, itemsize, vec, limits, method="cluster")
     else:
         cases += [(top - 1, "block"), (top, "block")]
     for cols, method in cases:
@@ -74,19 +79,18 @@ def test_cluster_size_is_the_smallest_with_small_slices():
     for cols in (16385, 32768, 65536, 131072, 262144, 400000, 600000):
         p = rows_plan(cols, method="cluster")
         size, slice_bytes = p.launch.template[1], p.launch.smem - d.BLOCK_SCRATCH
-        assert slice_bytes * size >= cols * 4
         smaller = [s for s in d.CLUSTER_SIZES if s < size]
         ladder = (*d.CLUSTER_SLICE_BYTES, d._shared_slice_bytes(H200))  # then two blocks an SM
         small = [b for b in ladder if math.ceil(cols / H200.max_cluster) * 4 <= b]
-        if not small:  # none holds it in small slices: the smallest that fits
-            assert all(d.BLOCK_SCRATCH + math.ceil(cols / s) * 4 > H200.smem_per_block for s in smaller)
+        if not small:  # none holds it with two blocks an SM: the largest size, spilling
+            assert p.launch.template == (4, H200.max_cluster, 1) and slice_bytes == p.held * 16
+            assert slice_bytes * size < cols * 4
         else:  # the smallest size under the first limit that some size meets
+            assert slice_bytes * size >= cols * 4 and p.launch.template[2] == 0
             assert slice_bytes <= small[0]
             assert all(math.ceil(cols / s) * 4 > small[0] for s in smaller)
     with pytest.raises(ValueError, match="cluster"):
         rows_plan(1000, method="cluster", limits=A100)
-    with pytest.raises(ValueError, match="cluster"):
-        rows_plan(H200.max_cluster * block_max_cols(H200, 4, 4) + 1, method="cluster")
 
 
 def test_tiles_shape():

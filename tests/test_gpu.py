@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import cusoftmax
 from cusoftmax import _dispatch
 from cusoftmax._layout import Layout, normalize_axes
-from _support import (BF16, FLOAT_DTYPES, assert_softmax, block_max_cols, build, cluster_policy_cols,
+from _support import (BF16, FLOAT_DTYPES, assert_same_bits, assert_softmax, block_max_cols, build, cluster_held_cols, cluster_policy_cols,
                       make_values, requires_gpu, to_host, views)
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
@@ -74,10 +74,11 @@ def test_widths_around_every_threshold(dtype):
     if dtype == np.float32:  # the longest row the grid kernel holds: a full block on every SM
         room = limits().smem_per_block - _dispatch.BLOCK_SCRATCH - _dispatch.GRID_STATIC_BYTES
         widths |= {limits().sm_count * (room // 32 * 4)}  # two chunks of 16-byte packs a block
-    if ctop:  # the longest rows a forced cluster holds, and the policy's last cluster rows
+    if ctop:  # a cluster's blocks each holding a whole block's shared memory, the longest rows
+        # a cluster holds on chip (longer ones spill), and the policy's last cluster rows
         isz = np.dtype(dtype).itemsize
-        ptop = cluster_policy_cols(limits(), isz, 16 // isz)
-        widths |= {ctop - 1, ctop, ctop + 1, ptop, ptop + 1}
+        htop, ptop = cluster_held_cols(limits(), isz, 16 // isz), cluster_policy_cols(limits(), isz, 16 // isz)
+        widths |= {ctop - 1, ctop, ctop + 1, htop, htop + 1, ptop, ptop + 1}
     for cols in sorted(widths):
         x = cupy.asarray(make_values(rng, (3, cols), np.dtype(dtype), scale=4.0))
         results = {}
@@ -131,7 +132,7 @@ def test_misaligned_rows(cols, dtype):
             assert_softmax(poisoned_softmax(x, method=method), x, -1)
 
 
-@pytest.mark.parametrize("cols", [5, 700, 9000, 100000])
+@pytest.mark.parametrize("cols", [5, 700, 9000, 100000, 1000000])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_special_rows_beside_normal_rows(cols, dtype):
     rng = np.random.default_rng(5)
@@ -156,6 +157,35 @@ def test_special_rows_beside_normal_rows(cols, dtype):
             assert_softmax(y, x, -1)
             assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, *range(4, 12)]]).any()
             assert y[5, 0] == 1.0
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("extra", [0, 1])  # 1: rows one element off 16-byte packs (vec 1)
+def test_cluster_rows_that_spill(dtype, extra):
+    """Rows past what a cluster holds on chip: each block holds the start of its slice and reads
+    the rest (its spill) twice. The max in a spill, spills of only -inf, NaN in a spill, and the
+    same bits in place."""
+    if not limits().clusters:
+        pytest.skip("needs thread-block clusters")
+    isz = np.dtype(dtype).itemsize
+    cols = cluster_held_cols(limits(), isz, 16 // isz) * 3 // 2 + extra
+    x = cupy.asarray(make_values(np.random.default_rng(11), (4, cols), np.dtype(dtype)))
+    p = _dispatch.plan(Layout(4, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, x.data.ptr),
+                       limits(), "cluster")
+    size, vec = p.launch.template[1], p.vec
+    assert p.launch.template[2] == 1 and 0 < p.held
+    per = -(-(-(-cols // vec)) // size)  # packs of a block's slice
+    spills = [slice((b * per + p.held) * vec, (b + 1) * per * vec) for b in range(size)]
+    x[1, spills[5].start + 7] = 30.0  # the row's max in block 5's spill
+    for part in spills:
+        x[2, part] = -np.inf
+    x[3, spills[-1].start] = np.nan
+    y = poisoned_softmax(x, method="cluster")
+    assert_softmax(y, x, -1)
+    assert np.isnan(to_host(y[3])).all() and not np.isnan(to_host(y[:3])).any()
+    inplace = x.copy()
+    cusoftmax.softmax(inplace, out=inplace, method="cluster")
+    assert_same_bits(inplace, y)
 
 
 @pytest.mark.parametrize("method", ROW_METHODS)

@@ -3,7 +3,7 @@
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
 #   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
-#                      [tune-short] [tune-axis0] [tune-cluster] [tune-online] [profile]
+#                      [tune-short] [tune-axis0] [tune-cluster] [tune-spill] [tune-online] [profile]
 #                                                      (default: tests sanitize bench)
 #
 # tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
@@ -49,12 +49,13 @@ for what in ${@:-tests sanitize bench}; do
     sanitize)
         step memcheck sanitizer.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_gpu.py
         step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
-            -k "special or strided or determin or past_grid or two_pass"
+            -k "special or strided or determin or past_grid or two_pass or spill"
         # synccheck stops on 8 or more clusters of 16 blocks exchanging by st.async, the 30-line
         # tools/mail_probe.py too (BENCHMARKS.md): the rows of 100000 run 12 such clusters, so
-        # they are left out here and the exchange runs alone at 7 clusters of 16 and 24 of 8.
+        # they are left out here (and so the rows of 1000000, which "100000" also selects) and
+        # the exchange runs alone at 7 clusters of 16 and 24 of 8. The spill test runs 4 rows.
         step synccheck sanitizer.log "${sanitize[@]}" synccheck "${pytest[@]}" tests/test_gpu.py \
-            -k "two_pass or past_grid or determin or (special and not 100000)"
+            -k "two_pass or past_grid or determin or spill or (special and not 100000)"
         step synccheck-mail sanitizer.log "${sanitize[@]}" synccheck env PYTHONPATH=. python3 tools/mail_probe.py 7 16
         step synccheck-mail sanitizer.log "${sanitize[@]}" synccheck env PYTHONPATH=. python3 tools/mail_probe.py 24 8
         ;;
@@ -82,6 +83,10 @@ for what in ${@:-tests sanitize bench}; do
                 --out "$OUT/tune-axis0" --repeat 10 --dtypes float32,bfloat16 --peers none --no-long \
                 --widths 32 --methods slab,columns
         done ;;
+    tune-spill)  # cluster rows with a spill against online, spill ratios 0.14 to 1.28
+        step tune-spill bench.log python3 -m cusoftmax.bench --out "$OUT/tune-spill" --repeat 20 \
+            --peers none --no-long --no-axis0 --dtypes float32,bfloat16 --methods cluster,online \
+            --widths 524288,655360,786432,917504,1048576,1310720,1572864,1835008,2097152 ;;
     tune-cluster)
         for v in "(32768, 65536)" "(65536,)" "(32768,)" "(131072,)"; do
             step "tune-cluster-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
