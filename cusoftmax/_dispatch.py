@@ -150,7 +150,7 @@ CLUSTER_BLOCKS_PER_SM = 2
 # 0.54 / 0.56 to 0.57, 2**21 (1.28) 0.53 to 0.54 / 0.56 to 0.57. Float32 would gain up to 1.0
 # (by 0.01 to 0.04); bfloat16 loses past 0.5, so one limit for both.
 CLUSTER_SPILL_MAX = 0.5
-SPILL_THREADS = 512  # SPILL_THREADS in kernels/softmax_fused.cu
+SPILL_THREADS = 512  # SPILL_THREADS in kernels/softmax_fused.cu (the softmax_spill kernel)
 BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 
 # Rows spread over the GPU ("grid", forced only): chunks of at least GRID_MIN_CHUNK_BYTES, at
@@ -335,11 +335,11 @@ def templates(itemsize: int, clusters: bool = True):
             yield "softmax_columns", (vec,)
         if clusters:
             for size in CLUSTER_SIZES:
-                yield "softmax_cluster", (vec, size, 0)
+                yield "softmax_cluster", (vec, size)
                 if itemsize <= 4:
                     yield "softmax_slab", (vec, size)
             for size in sorted({PORTABLE_CLUSTER, CLUSTER_SIZES[-1]}):  # the largest, spilling
-                yield "softmax_cluster", (vec, size, 1)
+                yield "softmax_spill", (vec, size)
 
 
 def _padded_bytes(cols, itemsize, vec):
@@ -451,7 +451,7 @@ def _shared_slice_bytes(limits) -> int:
 def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     slice_bytes = _slice_bytes(cols, itemsize, vec, size)
     grid = min(MAX_GRID // size, rows) * size
-    launch = Launch("softmax_cluster", (vec, size, 0), grid, _threads_for(slice_bytes),
+    launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes),
                     BLOCK_SCRATCH + slice_bytes)
     return Plan("cluster", vec, launch)
 
@@ -469,7 +469,7 @@ def _spilled_cluster(rows, cols, itemsize, vec, limits):
     if per <= held or (per - held) * vec >= 2**31:
         return None
     grid = min(MAX_GRID // size, rows) * size
-    launch = Launch("softmax_cluster", (vec, size, 1), grid, SPILL_THREADS,
+    launch = Launch("softmax_spill", (vec, size), grid, SPILL_THREADS,
                     BLOCK_SCRATCH + held * vec * itemsize)
     return Plan("cluster", vec, launch, held=held), (per - held) / held
 

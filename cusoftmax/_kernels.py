@@ -14,12 +14,13 @@ FILES = {
     "softmax_tiles": "softmax_fused.cu",
     "softmax_block": "softmax_fused.cu",
     "softmax_cluster": "softmax_fused.cu",
+    "softmax_spill": "softmax_fused.cu",
     "softmax_grid": "softmax_fused.cu",
     "softmax_online": "softmax_online.cu",
     "softmax_columns": "softmax_columns.cu",
     "softmax_slab": "softmax_columns.cu",
 }
-CLUSTER_KERNELS = ("softmax_cluster", "softmax_slab")  # template (vec, cluster size, ...)
+CLUSTER_KERNELS = ("softmax_cluster", "softmax_spill", "softmax_slab")  # template (vec, cluster size, ...)
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 OPTIONS = ("-std=c++17",)
 
@@ -162,10 +163,10 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     (xso, xsn), (yso, ysn) = layout.xs, layout.ys
     if plan.method in ("registers", "tiles"):
         return _launcher(launch, fn, (outer, n, xso, yso, plan.width))
-    if plan.method == "block":
-        return _launcher(launch, fn, (outer, n, xso, yso))
-    if plan.method == "cluster":
+    if launch.kernel == "softmax_spill":  # also the packs of its slice a block holds
         return _launcher(launch, fn, (outer, n, xso, yso, plan.held))
+    if plan.method in ("block", "cluster"):
+        return _launcher(launch, fn, (outer, n, xso, yso))
     if plan.method == "slab":
         return _launcher(launch, fn, (outer, n, inner, xso, xsn, yso, ysn, plan.width))
     if plan.method not in ("grid", "online", "columns"):

@@ -13,13 +13,13 @@
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
 //                           limit), staged by asynchronous copies, then walked three times on
 //                           chip (max, sum of exp, write).
-//   softmax_cluster<T, V, CL, SPILL>  (sm_90 and newer) the same with the row cut into CL slices, one
+//   softmax_cluster<T, V, CL>  (sm_90 and newer) the same with the row cut into CL slices, one
 //                           per block of a thread-block cluster; the blocks merge their slices'
 //                           (max, sum) pairs through distributed shared memory, and each writes
-//                           its slice. Rows up to CL times a block's shared memory; SPILL:
-//                           longer rows, each block holding the first `held` packs of its
-//                           slice and reading the rest from global memory twice (read with the
-//                           held packs in flight, then again for the writes).
+//                           its slice. Rows up to CL times a block's shared memory.
+//   softmax_spill<T, V, CL>  (sm_90 and newer) longer rows on a cluster: each block holds the
+//                           first `held` packs of its slice and reads the rest from global
+//                           memory twice (with the held packs in flight, then for the writes).
 //   softmax_grid<T, V>      the row cut into `chunks` chunks of `chunk` elements held by a
 //                           group of `chunks` blocks anywhere on the GPU (all resident at once:
 //                           a cooperative launch): each block stages its chunk, publishes the
@@ -279,7 +279,7 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         const long long xs = row * ldx + (k0 + kept) * V;  // the spill's first element
         if constexpr (SPILL) walk_run<SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.push_pack(v); });
         copy_wait();
-        C m = block_reduce(fmax(st.max(), sp.m), cscratch, MaxOp());
+        C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
         acc_t dt = acc_t(st.template sum<CL == 1>(m == neg_inf<C>() ? C(0) : m));
@@ -290,9 +290,13 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
             m = s.m;
             d = s.d;
         }
-        const C scale = scale_of(d, C());
-        st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale);
-        if constexpr (SPILL) write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V), spill, m, scale);
+        if constexpr (SPILL) {  // the held packs from shared memory, then the spill read again
+            const C scale = scale_of(d, C());
+            st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale);
+            write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V), spill, m, scale);
+        } else {
+            st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
+        }
     }
     if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier
@@ -307,13 +311,23 @@ __global__ void softmax_block(const T* x, T* y, long long rows, long long cols, 
 }
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
-template <typename T, int V, int CL, int SPILL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL ? SPILL_THREADS : 1024, 2)
-    softmax_cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
-                    int held) {
-    if (SPILL && blockDim.x != SPILL_THREADS) __trap();  // walk_run steps by SPILL_THREADS packs
-    fused_rows<T, V, CL, SPILL>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
-                                cluster_rank<CL>(), held);
+template <typename T, int V, int CL>
+__global__ void __cluster_dims__(CL, 1, 1)
+    softmax_cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
+    fused_rows<T, V, CL, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+                            cluster_rank<CL>(), 0);
+}
+
+// A kernel of its own: softmax_cluster under these launch bounds (or 1024 threads, two an SM) got
+// 12 more instructions in its write loop from ptxas; without any, a spilling block may pass 64
+// registers and lose its SM's second block.
+template <typename T, int V, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
+    softmax_spill(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
+                  int held) {
+    if (blockDim.x != SPILL_THREADS) __trap();  // walk_run steps by SPILL_THREADS packs
+    fused_rows<T, V, CL, 1>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+                            cluster_rank<CL>(), held);
 }
 #endif
 

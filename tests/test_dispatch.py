@@ -45,11 +45,12 @@ def test_thresholds_come_from_the_device(limits, itemsize):
                   (htop, "cluster"), (htop + 1, "cluster"), (ctop - 1, "cluster"),
                   (ctop, "cluster"), (ctop + 1, "online")]
         # Held on chip up to htop; past it each block spills the rest of its slice.
-        assert rows_plan(htop, itemsize, vec, limits).launch.template[2] == 0
+        assert rows_plan(htop, itemsize, vec, limits).launch.kernel == "softmax_cluster"
         # Forced, a cluster takes rows up to spills of 2**31 elements a block.
         for cols in (htop + 1, ctop, ctop + 1, 2**31 + 7, 2**34):
             p = rows_plan(cols, itemsize, vec, limits, method="cluster")
-            assert p.method == "cluster" and p.launch.template == (vec, limits.max_cluster, 1)
+            assert p.method == "cluster" and p.launch.kernel == "softmax_spill"
+            assert p.launch.template == (vec, limits.max_cluster)
             assert p.held * limits.max_cluster * vec < cols and p.launch.block == d.SPILL_THREADS
         with pytest.raises(ValueError, match="2\\*\\*31"):
             rows_plan(2**36, itemsize, vec, limits, method="cluster")
@@ -83,10 +84,11 @@ def test_cluster_size_is_the_smallest_with_small_slices():
         ladder = (*d.CLUSTER_SLICE_BYTES, d._shared_slice_bytes(H200))  # then two blocks an SM
         small = [b for b in ladder if math.ceil(cols / H200.max_cluster) * 4 <= b]
         if not small:  # none holds it with two blocks an SM: the largest size, spilling
-            assert p.launch.template == (4, H200.max_cluster, 1) and slice_bytes == p.held * 16
+            assert p.launch.kernel == "softmax_spill" and slice_bytes == p.held * 16
+            assert p.launch.template == (4, H200.max_cluster)
             assert slice_bytes * size < cols * 4
         else:  # the smallest size under the first limit that some size meets
-            assert slice_bytes * size >= cols * 4 and p.launch.template[2] == 0
+            assert slice_bytes * size >= cols * 4 and p.launch.kernel == "softmax_cluster"
             assert slice_bytes <= small[0]
             assert all(math.ceil(cols / s) * 4 > small[0] for s in smaller)
     with pytest.raises(ValueError, match="cluster"):
