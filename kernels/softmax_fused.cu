@@ -318,9 +318,9 @@ __global__ void __cluster_dims__(CL, 1, 1)
                             cluster_rank<CL>(), 0);
 }
 
-// A kernel of its own: softmax_cluster under these launch bounds (or 1024 threads, two an SM) got
-// 12 more instructions in its write loop from ptxas; without any, a spilling block may pass 64
-// registers and lose its SM's second block.
+// A kernel of its own: softmax_cluster with launch bounds of 1024 threads, two an SM, got 12 more
+// instructions in its bfloat16 write loop from ptxas (one an SM: 39 registers instead of 32);
+// without bounds, a spilling block may pass 64 registers and lose its SM's second block.
 template <typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
     softmax_spill(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
