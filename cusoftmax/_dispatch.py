@@ -198,7 +198,16 @@ ONLINE_GROUP_WAVES = 0.5
 ONLINE_MIN_CHUNK_BYTES = 128 * 1024
 ONLINE_MAX_CHUNKS = 1024
 ONLINE_THREADS = 512
-ONLINE_BLOCKS_PER_SM = 2  # __launch_bounds__ of softmax_online
+# Online blocks resident an SM, by element size (ONLINE_BLOCKS, the __launch_bounds__ of
+# softmax_online): half types 3 (40 registers a thread; ptxas, sm_90: 8 bytes on the stack,
+# loaded once an item, outside its loops), the others 2 (64 registers; at 40, float32's packs of
+# 4 spill 44 bytes).
+# Evidence: H200, 2026-11-30, run s10-5 (two rounds, fraction of copy), rows of 2**21 / 2**22
+# by the policy (online), 3 blocks against 2: bfloat16 0.58, 0.58 / 0.60, 0.60 against 0.56,
+# 0.56 / 0.56, 0.55; float16 0.58, 0.57 / 0.60, 0.60 against 0.56, 0.56 / 0.55, 0.56; forced
+# online at 2**20 bfloat16 0.59, 0.57 against 0.57, 0.57. Float32 is at the DRAM rate of two
+# reads and a write with 2 (0.62, BENCHMARKS.md), so it keeps them; 3 or 4 for it not measured.
+ONLINE_BLOCKS_PER_SM = {2: 3, 4: 2, 8: 2}
 
 # Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
 # below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (32 float32 keep
@@ -519,7 +528,7 @@ def _online(rows, cols, itemsize, vec, limits) -> Plan:
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(cols / chunk)
     return _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS,
-                     ONLINE_BLOCKS_PER_SM, ONLINE_GROUP_WAVES, limits)
+                     ONLINE_BLOCKS_PER_SM[itemsize], ONLINE_GROUP_WAVES, limits)
 
 
 def _columns(outer, n, inner, vec, limits) -> Plan:

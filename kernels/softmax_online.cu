@@ -18,8 +18,11 @@
 
 namespace csm {
 
-// Blocks of ONLINE_THREADS threads, at least 2 resident per SM (at most 64 registers per thread).
+// Blocks of ONLINE_THREADS threads, ONLINE_BLOCKS resident per SM: half types 3 (at most 40
+// registers a thread), the others 2 (at most 64). ONLINE_BLOCKS_PER_SM in cusoftmax/_dispatch.py
+// has the measurements.
 constexpr int ONLINE_THREADS = 512;
+template <typename T> constexpr int ONLINE_BLOCKS = sizeof(T) == 2 ? 3 : 2;
 
 // A read item: the chunk's (m, d) into the workspace, then counted (nothing waits for it).
 template <typename T, int V, typename C>
@@ -47,7 +50,7 @@ __device__ inline void online_write(const T* xc, T* yc, int n, long long chunks,
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(ONLINE_THREADS, 2) softmax_online(const T* x, T* y, void* work, long long rows, long long cols,
+__global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_online(const T* x, T* y, void* work, long long rows, long long cols,
                                long long ldx, long long ldy, long long chunk, long long chunks,
                                long long per_group) {
     using C = compute_t<T>;

@@ -147,9 +147,11 @@ def test_online_chunks_do_not_depend_on_the_batch():
 
 
 def test_two_pass_groups_and_launch_size_from_the_device():
-    resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM
+    resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM[4]
     p = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, rows=1000, method="online")  # 4 chunks per row
     assert p.chunks == 4 and p.launch.grid == resident
+    half = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, 2, rows=1000, method="online")  # 3 blocks an SM
+    assert half.launch.grid == H200.sm_count * d.ONLINE_BLOCKS_PER_SM[2] > resident
     assert p.per_group == math.ceil(d.ONLINE_GROUP_WAVES * resident / 4)
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
     assert few.per_group == 1 and few.launch.grid == min(resident, 2 * few.chunks)
