@@ -205,8 +205,9 @@ ONLINE_THREADS = 512
 # Evidence: H200, 2026-11-30, run s10-5 (two rounds, fraction of copy), rows of 2**21 / 2**22
 # by the policy (online), 3 blocks against 2: bfloat16 0.58, 0.58 / 0.60, 0.60 against 0.56,
 # 0.56 / 0.56, 0.55; float16 0.58, 0.57 / 0.60, 0.60 against 0.56, 0.56 / 0.55, 0.56; forced
-# online at 2**20 bfloat16 0.59, 0.57 against 0.57, 0.57. Float32 is at the DRAM rate of two
-# reads and a write with 2 (0.62, BENCHMARKS.md), so it keeps them; 3 or 4 for it not measured.
+# online at 2**20 bfloat16 0.59, 0.57 against 0.57, 0.57. Float32 with 3 (run s10-7, two
+# rounds, the same rows, then one row of 2**24 / 2**27): 0.60 to 0.61 / 0.61 to 0.62 / 0.61 /
+# 0.56 / 0.60 against 0.63 / 0.61 / 0.62 to 0.63 / 0.61 to 0.62 / 0.62, so it keeps 2.
 ONLINE_BLOCKS_PER_SM = {2: 3, 4: 2, 8: 2}
 
 # Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
