@@ -110,6 +110,11 @@ template <typename C> __device__ inline C term(C x, C m) {
     return x == neg_inf<C>() ? C(0) : fast_exp(x - m);
 }
 
+// The max that a slice's sum of exp(x - max) is taken against: m, or 0 where m is -inf, so that
+// a slice of only -inf sums to exactly 0 (exp(-inf - -inf) would be NaN) and adds (-inf, 0) to
+// any merge.
+template <typename C> __device__ inline C sum_base(C m) { return m == neg_inf<C>() ? C(0) : m; }
+
 // y = e / d written as e * (1/d). For a slice of all -inf: e = 0, 1/d = inf, y = NaN (as SciPy).
 // Float results take MUFU.RCP alone (rcp.approx.ftz, at most 1 ulp off), also of a double sum
 // (rounded to float first: 1.8e-7 relative in all): a double division per row and lane costs

@@ -263,8 +263,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
-                for (int j = 0; j < V; ++j)  // a column of only -inf sums against 0: (-inf, 0)
-                    d[j] += fast_exp(v[j] - (m[j] == neg_inf<float>() ? 0.f : m[j]));
+                for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
             }
         slab_columns_reduce(d, red, width, SumOp());
         // Every block's column pairs to every block (lane b of each pack sends to blocks b,

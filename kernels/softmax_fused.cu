@@ -282,7 +282,7 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
-        acc_t dt = acc_t(st.template sum<CL == 1>(m == neg_inf<C>() ? C(0) : m));
+        acc_t dt = acc_t(st.template sum<CL == 1>(sum_base(m)));
         if constexpr (SPILL) dt += sp.m == m ? sp.d : sp.d * exp(acc_t(sp.m) - acc_t(m));
         acc_t d = block_reduce(dt, scratch, SumOp());
         if constexpr (CL > 1) {
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(1024)
         copy_wait();
         const C m = block_reduce(st[b].max(), cscratch, MaxOp());
         // The chunk's sum against its own max (a chunk of only -inf adds (-inf, 0)).
-        const acc_t d = block_reduce(acc_t(st[b].template sum<false>(m == neg_inf<C>() ? C(0) : m)), scratch, SumOp());
+        const acc_t d = block_reduce(acc_t(st[b].template sum<false>(sum_base(m))), scratch, SumOp());
         double* row_part = ws.part + 2 * row * chunks;
         publish_chunk(row_part + 2 * c, MD<C>{m, d}, ws.count + row);
         if (row + groups < rows) st[b ^ 1].load(x + (row + groups) * ldx + k0 * V, left);
