@@ -246,7 +246,10 @@ COLUMNS_MAX_VEC = 4
 # of 256 threads: 64 bytes 0.58 / 0.52; 0.55 / 0.42; 32 bytes 0.58 / 0.50; 0.49 / 0.42. Seventh
 # session (run s7-1, the st.async exchange), strips of 64 / 128 bytes alone: 0.66 / 0.74 and
 # 0.56 / 0.40; 0.55 / 0.54 and 0.45 / 0.30. The wide strips lose where their slices pass 64 KiB
-# (16384 steps: 128 KiB on 16 blocks), hence the ladder.
+# (16384 steps: 128 KiB on 16 blocks), hence the ladder. SLAB_SLICE_BYTES 32 KiB against 64 KiB
+# (run s10-8, two rounds): 0.55, 0.54 / 0.43, 0.43; 0.37, 0.36 / 0.33, 0.33 against 0.73, 0.74 /
+# 0.56, 0.57; 0.54, 0.54 / 0.45, 0.45 (4096 x 16384 then on clusters of 16 blocks of 32 KiB in
+# place of 8 of 64 KiB; 16384 x 4096 on the ladder's fallback, clusters of 8 of 128 KiB).
 SLAB_STRIP_BYTES = (128, 64)
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
