@@ -480,7 +480,7 @@ def _spilled_cluster(rows, cols, itemsize, vec, limits):
         return None
     size = limits.max_cluster
     held = _shared_slice_bytes(limits) // (vec * itemsize)
-    per = math.ceil(math.ceil(cols / vec) / size)
+    per = _slice_bytes(cols, itemsize, vec, size) // (vec * itemsize)  # packs of its slice
     if per <= held or (per - held) * vec >= 2**31:
         return None
     grid = min(MAX_GRID // size, rows) * size
