@@ -57,7 +57,7 @@ def softmax(x, axis=-1, *, out=None, method=None):
         row in one block's shared memory, ``'cluster'`` across the
         shared memory of a thread-block cluster (compute capability 9.0 and newer),
         ``'grid'`` in chunks across the shared memory of blocks all over the GPU (rows up to
-        one block's shared memory per SM), ``'online'`` runs the two-pass tiled kernel on any
+        two chunks of 32 KiB per resident block), ``'online'`` runs the two-pass tiled kernel on any
         row, ``'columns'`` reduces a strided axis in place of a transposing copy (two reads),
         ``'slab'`` holds strips of a strided axis across the shared memory of a thread-block
         cluster (compute capability 9.0 and newer; float types of at most 4 bytes).

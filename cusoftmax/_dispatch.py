@@ -15,6 +15,9 @@ Read top-down, the choice is::
     rows up to (1 + CLUSTER_SPILL_MAX) times that  -> "cluster"   each block holds what it can,
                                                                   reads the rest of its slice
                                                                   twice
+    longer float32 rows of at most GRID_MAX_ROW_BYTES
+    (GPUs with clusters)                           -> "grid"      chunks held in blocks all over
+                                                                  the GPU, 1 read + 1 write
     rows that fit one block (GPUs without clusters)-> "block"
     any other rows                                 -> "online"    (m, d) per chunk, 2 reads + 1
                                                                   write (the second may hit L2)
@@ -26,9 +29,8 @@ Read top-down, the choice is::
                                                                   2 reads + 1 write, no transpose
     a strided reduced axis, short inner run        -> contiguous copy, then the row policy
 
-Forced only (not yet faster than the choice above where measured): "grid", a row cut into
-chunks held by groups of blocks across the GPU, 1 read + 1 write. A forced ``method`` skips the
-choice; a method that cannot run on the input (a row too long for
+A forced ``method`` skips the choice (a forced "grid" takes any row whose chunks the resident
+blocks hold); a method that cannot run on the input (a row too long for
 registers or shared memory, clusters on a GPU without them) raises ``ValueError`` naming the
 limit. Beside every number: the measurement that chose it (BENCHMARKS.md has the runs), or
 "none yet" where it is a first value.
@@ -155,18 +157,30 @@ CLUSTER_SPILL_MAX = 0.5
 SPILL_THREADS = 512  # SPILL_THREADS in kernels/softmax_fused.cu (the softmax_spill kernel)
 BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 
-# Rows spread over the GPU ("grid", forced only): chunks of at least GRID_MIN_CHUNK_BYTES, at
-# most one chunk per SM (so a group of `chunks` blocks is resident wherever one block per SM
-# is), each block holding two chunks (its chunk of the next row loads while it waits for the
-# current row). Evidence, H200, 2026-11-30 (third session), fraction of copy, never ahead of
-# cluster or online: blocks taking (row, chunk) tickets one chunk at a time (run 2), chunks of
-# 16 / 32 / 64 KiB: rows of 65536 float32 0.60 / 0.61 / 0.67 (cluster 0.82), 2**20 0.52 / 0.54
-# / 0.54 (online 0.57), bfloat16 2**20 0.44 / 0.50 / 0.51 (online 0.44, cluster 0.48); tickets
-# with two chunks a block (run 3): 65536 float32 0.58, 2**20 0.26 (a row's chunks are taken
-# one block at a time, so its first blocks wait for its last); groups of `chunks` blocks moving
-# from row to row together, as now (run 4): float32 32768 .. 2**20 0.49 .. 0.52 (cluster 0.86
-# .. 0.55, online 0.46 .. 0.58), bfloat16 0.44 .. 0.46, 2**22 0.34 (online 0.43).
-GRID_MIN_CHUNK_BYTES = 32 * 1024
+# Rows spread over the GPU ("grid"): chunks of GRID_CHUNK_BYTES, each block holding GRID_AHEAD
+# chunks in flight and GRID_LAG chunks waiting for their rows, GRID_THREADS threads a block (so
+# 3 blocks an SM on the H200). Evidence: H200, 2026-11-30, runs s11-1 to s11-3, forced grid,
+# fraction of copy, float32 rows of 262144 / 524288 / 2**20 / 2**21 / 2**22, then bfloat16:
+# 128 threads, 32 KiB, 1 ahead, 1 behind: 0.68 / 0.68 / 0.67 / 0.62 / 0.52, 0.59 / 0.56 / 0.56
+# / 0.56 / 0.53; 24 KiB (two calls): 0.70 to 0.71 / 0.68 to 0.69 / 0.64 to 0.66 / 0.61 / 0.43
+# to 0.48, 0.56 to 0.64 / 0.55 to 0.59 / 0.58 to 0.59 / 0.56 / 0.54; 16 KiB 0.73 / 0.70 / 0.67
+# / 0.58 / 0.45; 12 KiB 0.71 / 0.65 / 0.59 / 0.49 / 0.35; 64 threads, 16 KiB 0.68 / 0.63 / 0.59
+# / 0.50 / 0.34; 256 threads, 24 KiB 0.69 / 0.65 / 0.62 / 0.56 / 0.44; 512 threads, 32 KiB
+# 0.56 / 0.55 / 0.55 / 0.54 / 0.50; 1024 threads 0.27 to 0.28. More in flight or more behind
+# (each at 128 threads, 16 KiB): 2 ahead 0.57 / 0.59 / 0.53 / 0.47 / 0.35, 2 behind 0.62 / 0.61
+# / 0.56 / 0.50 / 0.39. In the same calls the policy gave float32 0.88 to 0.91 (cluster) / 0.76
+# to 0.78 (cluster, spilling) / 0.62 to 0.64 / 0.61 to 0.62 / 0.62 to 0.64 (online), bfloat16
+# 0.92 to 1.03 / 0.83 to 0.86 / 0.64 to 0.67 / 0.56 to 0.58 / 0.59 to 0.61.
+# Hence the policy takes the grid for float32 rows past the cluster's reach up to
+# GRID_MAX_ROW_BYTES (4 MiB, the 2**20 rows where it led by 0.03 to 0.05; even at 2**21), on
+# GPUs with clusters (the only ones measured); other types stay online. Before (third session),
+# groups of `chunks` blocks holding two chunks each: float32 2**20 0.52 (online 0.57).
+GRID_CHUNK_BYTES = 32 * 1024
+GRID_AHEAD = 1
+GRID_LAG = 1
+GRID_THREADS = 128
+GRID_ITEMSIZE = 4
+GRID_MAX_ROW_BYTES = 4 * 1024 * 1024
 GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ptxas, sm_90: 528)
 
 # The two-pass kernels (online rows, columns) run in one launch, one resident wave of blocks
@@ -317,6 +331,8 @@ class Plan:
     per_group: int = 0  # online, columns: lines per group
     lines: int = 0  # grid, online, columns: rows or strips (the workspace's size); slab: strips
     held: int = 0  # cluster with a spill: packs of its slice a block holds on chip
+    ahead: int = 0  # grid: chunks a block has in flight
+    lag: int = 0  # grid: steps between a chunk's (m, d) and its write
 
 
 def _pow2_at_least(v: int) -> int:
@@ -510,20 +526,27 @@ def workspace_bytes(plan: Plan) -> tuple[int, int]:
     return head + 16 * plan.lines * values * (1 + plan.chunks), head
 
 
+def grid_shape(itemsize, vec, limits) -> tuple[int, int, int]:
+    """(packs per chunk, shared memory per block, the most chunks a row may have) of the grid
+    kernel: GRID_LAG + 1 chunks per resident block (see softmax_grid; _kernels checks it again
+    against the driver's count of resident blocks at launch)."""
+    per = max(1, GRID_CHUNK_BYTES // (vec * itemsize))
+    smem = BLOCK_SCRATCH + (GRID_AHEAD + GRID_LAG) * per * vec * itemsize
+    per_sm = min(2048 // GRID_THREADS, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + BLOCK_RESERVED))
+    return per, smem, (GRID_LAG + 1) * limits.sm_count * per_sm
+
+
 def _grid_rows(rows, cols, itemsize, vec, limits) -> Plan | None:
-    """Plan for the grid kernel, or None when a chunk per SM does not fit a block."""
-    packs = math.ceil(cols / vec)
-    per = max(math.ceil(GRID_MIN_CHUNK_BYTES / (vec * itemsize)), math.ceil(packs / limits.sm_count))
-    smem = BLOCK_SCRATCH + 2 * per * vec * itemsize  # two chunks
-    if smem + GRID_STATIC_BYTES > limits.smem_per_block:
+    """Plan for the grid kernel, or None when a row has more chunks than the blocks resident
+    on the device can hold."""
+    per, smem, most = grid_shape(itemsize, vec, limits)
+    chunks = math.ceil(math.ceil(cols / vec) / per)
+    resident = most // (GRID_LAG + 1)
+    if chunks > most:
         return None
-    chunks = math.ceil(packs / per)
-    threads = _threads_for(per * vec * itemsize)
-    per_sm = min(2048 // threads, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + BLOCK_RESERVED))
-    groups = min(limits.sm_count * max(1, per_sm) // chunks, rows)  # _kernels caps it at residency
-    grid = groups * chunks
-    launch = Launch("softmax_grid", (vec,), grid, threads, smem)
-    return Plan("grid", vec, launch, chunk=per * vec, chunks=chunks, lines=rows)
+    launch = Launch("softmax_grid", (vec,), min(resident, rows * chunks), GRID_THREADS, smem)
+    return Plan("grid", vec, launch, chunk=per * vec, chunks=chunks, lines=rows,
+                ahead=GRID_AHEAD, lag=GRID_LAG)
 
 
 def _online(rows, cols, itemsize, vec, limits) -> Plan:
@@ -618,10 +641,11 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
     if method == "grid":
         spread = _grid_rows(rows, cols, itemsize, vec, limits)
         if spread is None:
+            per, _, most = grid_shape(itemsize, vec, limits)
             raise ValueError(
-                f"method='grid' holds a row in at most one chunk per SM ({limits.sm_count} SMs, "
-                f"{limits.smem_per_block} bytes of shared memory each): {cols} elements of "
-                f"{itemsize} bytes do not fit"
+                f"method='grid' holds a row in at most {most} chunks of {per * vec} elements "
+                f"({GRID_LAG + 1} in each block resident on {limits.sm_count} SMs): {cols} "
+                f"elements do not fit"
             )
         return spread
     spilled = None if shares_sm else _spilled_cluster(rows, cols, itemsize, vec, limits)
@@ -636,6 +660,10 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 "than 2**31 elements to read twice"
             )
         return _cluster(rows, cols, itemsize, vec, size)
+    if method is None and itemsize == GRID_ITEMSIZE and limits.clusters and row_bytes <= GRID_MAX_ROW_BYTES:
+        spread = _grid_rows(rows, cols, itemsize, vec, limits)
+        if spread is not None:
+            return spread
     return _online(rows, cols, itemsize, vec, limits)
 
 

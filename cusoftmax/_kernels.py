@@ -131,9 +131,9 @@ def _launcher(launch, fn, tail, cooperative=False, workspace=None):
 
 
 def _resident_grid(launch, fn, plan, device_id):
-    """The grid kernel's launch with its grid cut to whole groups of `chunks` blocks resident at
-    once on this device (the occupancy the driver reports for this function, block size and
-    shared memory)."""
+    """The grid kernel's launch with its grid cut to the blocks resident at once on this device
+    (the occupancy the driver reports for this function, block size and shared memory), which
+    must hold a row: at most lag + 1 chunks of it per block (see softmax_grid)."""
     import dataclasses
 
     from cupy_backends.cuda.api import driver
@@ -142,13 +142,13 @@ def _resident_grid(launch, fn, plan, device_id):
 
     per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, launch.block, launch.smem)
     resident = per_sm * device_limits(device_id).sm_count
-    if resident < plan.chunks:
+    if plan.chunks > (plan.lag + 1) * resident:
         raise RuntimeError(
-            f"method='grid' needs {plan.chunks} resident blocks for a row; this device holds "
-            f"{resident} of {launch.block} threads and {launch.smem} bytes of shared memory"
+            f"method='grid' needs {plan.chunks} chunks of a row held at once; this device holds "
+            f"{plan.lag + 1} in each of {resident} resident blocks of {launch.block} threads and "
+            f"{launch.smem} bytes of shared memory"
         )
-    groups = min(resident // plan.chunks, plan.lines)  # blocks in whole groups of `chunks`
-    return dataclasses.replace(launch, grid=groups * plan.chunks)
+    return dataclasses.replace(launch, grid=min(resident, plan.lines * plan.chunks))
 
 
 @lru_cache(maxsize=1024)
@@ -175,7 +175,7 @@ def bind(plan, layout, dtype_name: str, device_id: int):
 
     if plan.method == "grid":
         launch = _resident_grid(launch, fn, plan, device_id)
-        tail = (outer, n, xso, yso, plan.chunk, plan.chunks)
+        tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.ahead, plan.lag)
     elif plan.method == "online":
         tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group)
     else:

@@ -207,6 +207,21 @@ template <int BYTES> __device__ inline void copy_async(void* dst, const void* sr
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
 }
 __device__ inline void copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Copies committed in groups: copy_commit() closes the thread's group; copy_wait_pending(n)
+// waits until at most its n newest groups (n < 8) are still in flight.
+__device__ inline void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ inline void copy_wait_pending(int n) {
+    switch (n) {
+        case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+        case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+        case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+        case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+        case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+}
 
 template <typename T, int V> __device__ inline Pack<T, V> load_pack(const T* p) {
     return *reinterpret_cast<const Pack<T, V>*>(p);
@@ -540,10 +555,10 @@ __device__ inline void line_merged(unsigned* count) {
     if (threadIdx.x == 0) atomicAdd(count, 1u);
 }
 
-// Waits until `count` reaches `target`: thread 0 polls with acquire loads, then a barrier hands
-// the ordering to the block.
-__device__ inline void wait_count(const unsigned* count, unsigned target) {
-    if (threadIdx.x == 0)
+// Waits until `count` reaches `target`: thread `poller` polls with acquire loads, then a barrier
+// hands the ordering to the block.
+__device__ inline void wait_count(const unsigned* count, unsigned target, unsigned poller = 0) {
+    if (threadIdx.x == poller)
         while (load_acquire(count) < target) __nanosleep(100);
     __syncthreads();
 }

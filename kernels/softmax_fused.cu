@@ -20,13 +20,13 @@
 //   softmax_spill<T, V, CL>  (sm_90 and newer) longer rows on a cluster: each block holds the
 //                           first `held` packs of its slice and reads the rest from global
 //                           memory twice (with the held packs in flight, then for the writes).
-//   softmax_grid<T, V>      the row cut into `chunks` chunks of `chunk` elements held by a
-//                           group of `chunks` blocks anywhere on the GPU (all resident at once:
-//                           a cooperative launch): each block stages its chunk, publishes the
-//                           chunk's (m, d) in global memory, waits for the group's other chunks,
-//                           merges them and writes its chunk, with its chunk of the next row
-//                           already loading. Rows up to (resident blocks) x (half a block's
-//                           shared memory), on any GPU.
+//   softmax_grid<T, V>      rows cut into chunks of `chunk` elements spread over every block of
+//                           the GPU (all resident at once: a cooperative launch), each chunk
+//                           held in a block's shared memory from its read to its write: its
+//                           (m, d) goes to global memory, the write waits for the row's other
+//                           chunks. A block holds `ahead + lag` chunks: copies in flight and
+//                           chunks waiting for their rows. Rows up to (lag + 1) chunks per
+//                           resident block, on any GPU.
 //
 // Here m is the row's final max, so plain exp(x - m) already follows SciPy: padding and -inf
 // entries give 0, and a row whose max is -inf, +inf or whose sum is NaN comes out all NaN.
@@ -331,40 +331,64 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
 }
 #endif
 
-// Blocks form groups of `chunks`, all resident at once (a cooperative launch); group g takes
-// rows g, g + groups, ..., and block c of a group chunk c of each. A block publishes its chunk's
-// (m, d), starts staging its chunk of the group's next row, then waits for the group's other
-// chunks of this row, merges them and writes its chunk. Every block publishes before it waits,
-// so every wait ends; the group's blocks move from row to row together.
+// Rows spread over the GPU, every element read once: all blocks resident at once (a
+// cooperative launch), ticket t = (row t / chunks, chunk t % chunks), block b taking tickets b,
+// b + gridDim.x, ... in turn, each into one of `ahead + lag` chunk slots of its shared memory.
+// At its step i a block waits for ticket i's copy (issued `ahead` steps before), publishes the
+// chunk's (m, d), then writes ticket i - lag from its slot once that row's chunks are all
+// counted, and copies ticket i + ahead into the slot just written. A block waits only for a row
+// `lag` steps behind its own newest publication; with chunks <= (lag + 1) * gridDim.x (checked
+// by the launcher) that row holds none of the block's own unpublished tickets, and every ticket
+// of it is older than the oldest unpublished ticket anywhere, so every wait ends.
 template <typename T, int V>
 __global__ void __launch_bounds__(1024)
     softmax_grid(const T* x, T* y, void* work, long long rows, long long cols, long long ldx,
-                 long long ldy, long long chunk, long long chunks) {
+                 long long ldy, long long chunk, long long chunks, int ahead, int lag) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
+    T* const slots = reinterpret_cast<T*>(smem + FUSED_SCRATCH);
     const Workspace ws(work, rows, 1);
-    const long long groups = gridDim.x / chunks, c = blockIdx.x % chunks, k0 = c * (chunk / V);
-    if (blockIdx.x >= groups * chunks) return;  // a whole block, before any barrier
-    const long long packs = (cols + V - 1) / V, left = cols - k0 * V;
-    T* const buffers = reinterpret_cast<T*>(smem + FUSED_SCRATCH);  // two chunks
-    const int count = int(min(packs, k0 + chunk / V) - k0);
-    const Staged<T, V> st[2] = {{buffers, int(threadIdx.x), int(blockDim.x), count},
-                                {buffers + chunk, int(threadIdx.x), int(blockDim.x), count}};
-    long long row = blockIdx.x / chunks;
-    if (row < rows) st[0].load(x + row * ldx + k0 * V, left);  // one DRAM read per element
-    for (int b = 0; row < rows; b ^= 1, row += groups) {
-        copy_wait();
-        const C m = block_reduce(st[b].max(), cscratch, MaxOp());
-        // The chunk's sum against its own max (a chunk of only -inf adds (-inf, 0)).
-        const acc_t d = block_reduce(acc_t(st[b].template sum<false>(sum_base(m))), scratch, SumOp());
-        double* row_part = ws.part + 2 * row * chunks;
-        publish_chunk(row_part + 2 * c, MD<C>{m, d}, ws.count + row);
-        if (row + groups < rows) st[b ^ 1].load(x + (row + groups) * ldx + k0 * V, left);
-        wait_count(ws.count + row, unsigned(chunks));
-        const MD<C> s = merge_chunks<C>(row_part, chunks, scratch);
-        st[b].template write<false>(y + row * ldy + k0 * V, left, s.m, scale_of(s.d, C()));
+    const long long tickets = rows * chunks, step = gridDim.x;
+    const long long mine = blockIdx.x < tickets ? (tickets - 1 - blockIdx.x) / step + 1 : 0;
+    // Ticket i of this block: its row, its chunk's first element, and its slot as staged.
+    struct Item {
+        long long row, begin;
+        Staged<T, V> st;
+    };
+    auto item = [&](long long i) {
+        const long long t = blockIdx.x + i * step, row = t / chunks, begin = t % chunks * chunk;
+        const int count = int((min(chunk, cols - begin) + V - 1) / V);
+        return Item{row, begin, {slots + i % (ahead + lag) * chunk, int(threadIdx.x), int(blockDim.x), count}};
+    };
+    // A copy group per step, empty past the last ticket, so ticket i's group is always followed
+    // by ahead - 1 others when it is waited for.
+    auto load = [&](long long i) {
+        if (i < mine) {
+            const Item it = item(i);
+            it.st.load(x + it.row * ldx + it.begin, cols - it.begin);
+        }
+        copy_commit();
+    };
+    for (int i = 0; i < ahead; ++i) load(i);
+    for (long long i = 0; i < mine + lag; ++i) {
+        copy_wait_pending(ahead - 1);  // this thread's copies of ticket i (it reads only those)
+        if (i < mine) {
+            const Item it = item(i);
+            const C m = block_reduce(it.st.max(), cscratch, MaxOp());
+            // The chunk's sum against its own max (a chunk of only -inf adds (-inf, 0)).
+            const acc_t d = block_reduce(acc_t(it.st.template sum<false>(sum_base(m))), scratch, SumOp());
+            publish_chunk(ws.part + 2 * (it.row * chunks + it.begin / chunk), MD<C>{m, d}, ws.count + it.row);
+        }
+        if (i >= lag) {
+            const Item it = item(i - lag);
+            // Polled by warp 1, so the wait overlaps thread 0's publication (its fence).
+            wait_count(ws.count + it.row, unsigned(chunks), 32);
+            const MD<C> s = merge_chunks<C>(ws.part + 2 * it.row * chunks, chunks, scratch);
+            it.st.template write<false>(y + it.row * ldy + it.begin, cols - it.begin, s.m, scale_of(s.d, C()));
+        }
+        load(i + ahead);  // into the slot of ticket i - lag, just written by the same threads
     }
 }
 

@@ -16,12 +16,6 @@ def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):
     return d.plan_rows(rows, cols, itemsize, vec or 16 // itemsize, limits, method)
 
 
-def grid_chunk_cols(limits, itemsize, vec):
-    """The longest chunk of the grid kernel: two in a block's shared memory beside its scratch."""
-    room = limits.smem_per_block - d.BLOCK_SCRATCH - d.GRID_STATIC_BYTES
-    return room // (2 * vec * itemsize) * vec
-
-
 @pytest.mark.parametrize("limits", [H200, A100])
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
 def test_thresholds_come_from_the_device(limits, itemsize):
@@ -43,7 +37,11 @@ def test_thresholds_come_from_the_device(limits, itemsize):
         htop, ctop = cluster_held_cols(limits, itemsize, vec), cluster_policy_cols(limits, itemsize, vec)
         cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
                   (htop, "cluster"), (htop + 1, "cluster"), (ctop - 1, "cluster"),
-                  (ctop, "cluster"), (ctop + 1, "online")]
+                  (ctop, "cluster")]
+        # Past the cluster: float32 rows of up to GRID_MAX_ROW_BYTES spread over the GPU.
+        spread = "grid" if itemsize == d.GRID_ITEMSIZE else "online"
+        gtop = d.GRID_MAX_ROW_BYTES // itemsize
+        cases += [(ctop + 1, spread), (gtop, spread), (gtop + 1, "online")]
         # Held on chip up to htop; past it each block spills the rest of its slice.
         assert rows_plan(htop, itemsize, vec, limits).launch.kernel == "softmax_cluster"
         # Forced, a cluster takes rows up to spills of 2**31 elements a block.
@@ -163,28 +161,32 @@ def test_two_pass_groups_and_launch_size_from_the_device():
 
 @pytest.mark.parametrize("limits", [H200, A100])
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
-def test_grid_rows_fit_a_chunk_per_sm(limits, itemsize):
+def test_grid_rows_fit_the_resident_blocks(limits, itemsize):
     vec = 16 // itemsize
-    gtop = limits.sm_count * grid_chunk_cols(limits, itemsize, vec)
+    per, smem, most = d.grid_shape(itemsize, vec, limits)
+    assert per * vec * itemsize == d.GRID_CHUNK_BYTES
+    assert smem == d.BLOCK_SCRATCH + (d.GRID_AHEAD + d.GRID_LAG) * d.GRID_CHUNK_BYTES
+    resident = most // (d.GRID_LAG + 1)
+    assert resident % limits.sm_count == 0 and resident * (smem + d.BLOCK_RESERVED) <= limits.smem_per_sm * limits.sm_count
+    gtop = most * per * vec  # the longest row: GRID_LAG + 1 chunks in every resident block
     for cols in (1, 1000, 10**5, gtop - 1, gtop):
         p = rows_plan(cols, itemsize, vec, limits, rows=7, method="grid")
-        assert p.chunks <= limits.sm_count and p.chunk * p.chunks >= cols
-        assert p.launch.smem <= limits.smem_per_block - d.GRID_STATIC_BYTES
-        assert p.launch.grid % p.chunks == 0 and p.lines == 7
+        assert p.chunk == per * vec and p.chunks == math.ceil(cols / p.chunk) <= most
+        assert p.launch.smem + d.GRID_STATIC_BYTES <= limits.smem_per_block
+        assert p.launch.grid == min(resident, 7 * p.chunks) and p.lines == 7
+        assert (p.ahead, p.lag, p.launch.block) == (d.GRID_AHEAD, d.GRID_LAG, d.GRID_THREADS)
     with pytest.raises(ValueError, match="grid"):
         rows_plan(gtop + 1, itemsize, vec, limits, method="grid")
 
 
-def test_grid_rows_chunks():
-    p = rows_plan(2**20, rows=64, method="grid")  # 4 MiB rows: a chunk per SM
-    assert p.method == "grid" and p.chunks <= H200.sm_count
-    assert p.chunk * p.chunks >= 2**20 > p.chunk * (p.chunks - 1) and p.chunk % p.vec == 0
-    launch = p.launch
-    assert launch.smem == d.BLOCK_SCRATCH + 2 * 4 * p.chunk and launch.grid <= 64 * p.chunks
-    small = rows_plan(300000, method="grid")  # chunks of the least size
-    assert 4 * small.chunk == d.GRID_MIN_CHUNK_BYTES and small.chunks == math.ceil(300000 / small.chunk)
-    with pytest.raises(ValueError, match="grid"):
-        rows_plan(H200.sm_count * grid_chunk_cols(H200, 4, 4) + 1, method="grid")
+def test_grid_rows_in_the_policy():
+    p = rows_plan(2**20, rows=64)  # float32 rows of 4 MiB: 128 chunks of 32 KiB
+    assert p.method == "grid" and p.chunks == 2**20 * 4 // d.GRID_CHUNK_BYTES
+    assert p.launch.grid == H200.sm_count * 3  # 3 blocks of 64 KiB and a little an SM
+    assert rows_plan(2**20 + 4, rows=64).method == "online"  # past GRID_MAX_ROW_BYTES
+    assert rows_plan(2**21, 2).method == "online"  # bfloat16 rows of the same bytes
+    assert rows_plan(2**20, limits=A100).method == "online"  # not measured without clusters
+    assert rows_plan(2**20, method="online").method == "online"
 
 
 def test_grid_is_capped_for_huge_batches():

@@ -73,9 +73,10 @@ def test_widths_around_every_threshold(dtype):
     widths = {1, 2, 3, 31, 32, 33, 511, 512, 513, 517, 1023, 1024, 1025, 2047, 2048, 2049,
               wide - 1, wide, wide + 1,
               between - 1, between, between + 1, 65537, top - 1, top, top + 1}
-    if dtype == np.float32:  # the longest row the grid kernel holds: a full block on every SM
-        room = limits().smem_per_block - _dispatch.BLOCK_SCRATCH - _dispatch.GRID_STATIC_BYTES
-        widths |= {limits().sm_count * (room // 32 * 4)}  # two chunks of 16-byte packs a block
+    if dtype == np.float32:  # the grid's last policy rows, and the longest row it holds
+        per, _, most = _dispatch.grid_shape(4, 4, limits())
+        gtop = _dispatch.GRID_MAX_ROW_BYTES // 4
+        widths |= {gtop, gtop + 1, most * per * 4}
     if ctop:  # a cluster's blocks each holding a whole block's shared memory, the longest rows
         # a cluster holds on chip (longer ones spill), and the policy's last cluster rows
         isz = np.dtype(dtype).itemsize
@@ -215,6 +216,32 @@ def test_strided_axes(shape, axis, dtype):
         else:
             with pytest.raises(ValueError, match="slab"):
                 cusoftmax.softmax(x, axis=axis, method="slab")
+
+
+def test_grid_slots_give_the_same_bits():
+    """The grid kernel with more copies in flight or more chunks waiting for their rows (so
+    other slot counts, and other grids when fewer blocks fit an SM): rows of three chunks,
+    several tickets a block, every element written, the same bits each time."""
+    import dataclasses
+
+    from cusoftmax import _kernels
+    from cusoftmax._layout import collapse
+
+    shape = (400, 20000)
+    x = cupy.asarray(make_values(np.random.default_rng(10), shape, np.dtype(np.float32)))
+    layout = collapse(shape, (20000, 1), (20000, 1), (1,))
+    first = _dispatch.plan(layout, 4, (0, 0), limits(), method="grid")
+    assert first.chunks == 3
+    results = []
+    for ahead, lag in ((1, 1), (2, 1), (1, 2), (3, 3)):
+        slots = ahead + lag
+        launch = dataclasses.replace(first.launch, smem=_dispatch.BLOCK_SCRATCH + slots * 4 * first.chunk)
+        p = dataclasses.replace(first, ahead=ahead, lag=lag, launch=launch)
+        y = cupy.full(shape, np.nan, dtype=x.dtype)
+        _kernels.bind(p, layout, "float32", x.device.id)(x, y)
+        assert_softmax(y, x, -1)
+        results.append(y)
+    assert all(cupy.array_equal(results[0], r) for r in results[1:])
 
 
 @pytest.mark.parametrize("kind", ["online", "columns"])
