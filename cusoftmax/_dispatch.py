@@ -60,9 +60,16 @@ SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit on
 # Fifth session, run 5, registers / tiles: rows of 1024, bfloat16 0.98 / 0.94, float16 0.98 /
 # 0.95, float32 0.96 / 0.96; rows of 512, bfloat16 0.96 / 0.90, float16 0.97 / 0.90, float32
 # 0.93 / 0.90. Hence rows of up to REGISTERS_MAX_BYTES (1024 half-type elements) in registers too.
+# Rows of exactly 4 KiB go to the block kernel (so TILES_MAX_BYTES is 4095: rows shorter than
+# 4 KiB). Evidence: H200, 2026-11-30, run s11-5, three rounds each, fraction of copy / Triton's
+# time over ours, tiles against block: float32 1024 0.97, 0.97, 0.99 / 0.97, 0.98, 0.97 against
+# 1.00, 1.01, 0.99 / 1.00, 1.00, 0.99; bfloat16 2048 0.97, 0.96, 0.96 / 0.97, 0.96, 0.97 against
+# 0.97, 0.97, 0.97 / 0.98, 0.98, 0.98; float16 2048 0.95, 0.96, 0.96 / 0.97, 0.96, 0.97 against
+# 0.97, 0.98, 0.97 / 0.98, 0.98, 0.98. Shorter rows: tiles ahead (runs s5-8, s5-9: float32 768
+# 0.92 / 0.94, 544 0.97 / 0.71; bfloat16 1792 1.00 / 0.96, 1088 0.98 / 0.74).
 REGISTERS_MAX_COLS = 512
 REGISTERS_MAX_BYTES = 2048
-TILES_MAX_BYTES = 4096
+TILES_MAX_BYTES = 4095
 # Rows longer than one warp holds: REGISTERS_WIDE_VALUES values per lane, up to
 # REGISTERS_MAX_LANES lanes (blocks of up to 1024 threads, so at most 64 registers per thread).
 # Evidence: ptxas (sm_90) spills every 32-value instantiation under that cap (up to 1 KiB of
@@ -171,9 +178,13 @@ BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 # / 0.56 / 0.50 / 0.39. In the same calls the policy gave float32 0.88 to 0.91 (cluster) / 0.76
 # to 0.78 (cluster, spilling) / 0.62 to 0.64 / 0.61 to 0.62 / 0.62 to 0.64 (online), bfloat16
 # 0.92 to 1.03 / 0.83 to 0.86 / 0.64 to 0.67 / 0.56 to 0.58 / 0.59 to 0.61.
+# Float32 rows around the band (run s11-6, two rounds, grid / online / cluster): 720896 0.59,
+# 0.64 / 0.60, 0.61 / 0.62, 0.67; 786432 0.66, 0.66 / 0.56, 0.63 / 0.62, 0.64; 917504 0.57,
+# 0.66 / 0.59, 0.63 / 0.62, 0.64; 2**20 0.68, 0.68 / 0.63, 0.63 / 0.60, 0.61; 1310720 0.63,
+# 0.63 / 0.62, 0.61 / 0.57, 0.57; 1572864 0.63, 0.63 / 0.64, 0.64 / 0.56, 0.56.
 # Hence the policy takes the grid for float32 rows past the cluster's reach up to
-# GRID_MAX_ROW_BYTES (4 MiB, the 2**20 rows where it led by 0.03 to 0.05; even at 2**21), on
-# GPUs with clusters (the only ones measured); other types stay online. Before (third session),
+# GRID_MAX_ROW_BYTES (4 MiB: it leads by 0.03 to 0.05 at 2**20, by 0.01 to 0.02 at 5 MiB and
+# not at 6 MiB), on GPUs with clusters (the only ones measured); other types stay online. Before (third session),
 # groups of `chunks` blocks holding two chunks each: float32 2**20 0.52 (online 0.57).
 GRID_CHUNK_BYTES = 32 * 1024
 GRID_AHEAD = 1
