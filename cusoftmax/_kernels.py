@@ -133,7 +133,8 @@ def _launcher(launch, fn, tail, cooperative=False, workspace=None):
 def _resident_grid(launch, fn, plan, device_id):
     """The grid kernel's launch with its grid cut to the blocks resident at once on this device
     (the occupancy the driver reports for this function, block size and shared memory), which
-    must hold a row: at most lag + 1 chunks of it per block (see softmax_grid)."""
+    must hold a row: at most lag + 1 chunks of it per block; and the kernel's other
+    preconditions (see softmax_grid)."""
     import dataclasses
 
     from cupy_backends.cuda.api import driver
@@ -142,6 +143,11 @@ def _resident_grid(launch, fn, plan, device_id):
 
     per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, launch.block, launch.smem)
     resident = per_sm * device_limits(device_id).sm_count
+    if plan.ahead < 1 or plan.lag < 0 or launch.block < 64:
+        raise ValueError(
+            f"method='grid' needs a copy in flight (ahead {plan.ahead}), lag >= 0 ({plan.lag}) "
+            f"and two warps a block (warp 1 polls; {launch.block} threads)"
+        )
     if plan.chunks > (plan.lag + 1) * resident:
         raise RuntimeError(
             f"method='grid' needs {plan.chunks} chunks of a row held at once; this device holds "

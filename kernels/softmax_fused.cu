@@ -337,9 +337,10 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
 // At its step i a block waits for ticket i's copy (issued `ahead` steps before), publishes the
 // chunk's (m, d), then writes ticket i - lag from its slot once that row's chunks are all
 // counted, and copies ticket i + ahead into the slot just written. A block waits only for a row
-// `lag` steps behind its own newest publication; with chunks <= (lag + 1) * gridDim.x (checked
-// by the launcher) that row holds none of the block's own unpublished tickets, and every ticket
-// of it is older than the oldest unpublished ticket anywhere, so every wait ends.
+// `lag` steps behind its own newest publication; with chunks <= (lag + 1) * gridDim.x that row
+// holds none of the block's own unpublished tickets, and every ticket of it is older than the
+// oldest unpublished ticket anywhere, so every wait ends. The launcher checks that, ahead >= 1
+// and at least two warps a block (warp 1 polls).
 template <typename T, int V>
 __global__ void __launch_bounds__(1024)
     softmax_grid(const T* x, T* y, void* work, long long rows, long long cols, long long ldx,

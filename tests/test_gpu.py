@@ -242,6 +242,9 @@ def test_grid_slots_give_the_same_bits():
         assert_softmax(y, x, -1)
         results.append(y)
     assert all(cupy.array_equal(results[0], r) for r in results[1:])
+    for bad in (dict(ahead=0), dict(lag=-1), dict(launch=dataclasses.replace(first.launch, block=32))):
+        with pytest.raises(ValueError, match="grid"):  # the launcher's preconditions
+            _kernels.bind(dataclasses.replace(first, **bad), layout, "float32", x.device.id)
 
 
 @pytest.mark.parametrize("kind", ["online", "columns"])

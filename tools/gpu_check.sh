@@ -3,7 +3,7 @@
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
 #   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
-#                      [tune-short] [tune-axis0] [tune-cluster] [tune-spill] [tune-online] [profile]
+#                      [tune-short] [tune-axis0] [tune-cluster] [tune-spill] [tune-online] [tune-grid] [profile]
 #                      [kcache]                        (default: tests sanitize bench)
 #
 # tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
@@ -105,6 +105,12 @@ for what in ${@:-tests sanitize bench}; do
                 ONLINE_MIN_CHUNK_BYTES=${v%_*} ONLINE_GROUP_WAVES=${v#*_} -- --out "$OUT/tune-online" \
                 --repeat 10 --dtypes float32,bfloat16 --peers none --no-axis0 --methods online \
                 --widths 1048576,4194304
+        done ;;
+    tune-grid)  # the grid kernel's chunk, threads, copies ahead and chunks behind (runs s11-1 to s11-3)
+        for v in GRID_CHUNK_BYTES=32768 GRID_CHUNK_BYTES=16384 GRID_THREADS=256 GRID_AHEAD=2 GRID_LAG=2; do
+            step "tune-grid-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py $v -- \
+                --out "$OUT/tune-grid" --repeat 15 --dtypes float32,bfloat16 --peers none --no-axis0 \
+                --no-long --methods grid --widths 262144,524288,1048576,2097152,4194304
         done ;;
     kcache) tar czf "$OUT/kcache.tgz" -C "$CUPY_CACHE_DIR/.." "$(basename "$CUPY_CACHE_DIR")" ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
