@@ -172,9 +172,9 @@ BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 # / 0.56 / 0.53; 24 KiB (two calls): 0.70 to 0.71 / 0.68 to 0.69 / 0.64 to 0.66 / 0.61 / 0.43
 # to 0.48, 0.56 to 0.64 / 0.55 to 0.59 / 0.58 to 0.59 / 0.56 / 0.54; 16 KiB 0.73 / 0.70 / 0.67
 # / 0.58 / 0.45; 12 KiB 0.71 / 0.65 / 0.59 / 0.49 / 0.35; 64 threads, 16 KiB 0.68 / 0.63 / 0.59
-# / 0.50 / 0.34; 256 threads, 24 KiB 0.69 / 0.65 / 0.62 / 0.56 / 0.44; 512 threads, 32 KiB
-# 0.56 / 0.55 / 0.55 / 0.54 / 0.50; 1024 threads 0.27 to 0.28. More in flight or more behind
-# (each at 128 threads, 16 KiB): 2 ahead 0.57 / 0.59 / 0.53 / 0.47 / 0.35, 2 behind 0.62 / 0.61
+# / 0.50 / 0.34; 256 threads, 24 KiB 0.69 / 0.65 / 0.62 / 0.56 / 0.44; 512 threads, 32 KiB, 2
+# ahead (s11-1, before warp 1 polled) 0.56 / 0.55 / 0.55 / 0.54 / 0.50, 1024 threads 0.27 to
+# 0.28. More in flight or more behind (each at 128 threads, 16 KiB): 2 ahead 0.57 / 0.59 / 0.53 / 0.47 / 0.35, 2 behind 0.62 / 0.61
 # / 0.56 / 0.50 / 0.39. In the same calls the policy gave float32 0.88 to 0.91 (cluster) / 0.76
 # to 0.78 (cluster, spilling) / 0.62 to 0.64 / 0.61 to 0.62 / 0.62 to 0.64 (online), bfloat16
 # 0.92 to 1.03 / 0.83 to 0.86 / 0.64 to 0.67 / 0.56 to 0.58 / 0.59 to 0.61.
@@ -184,15 +184,16 @@ BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 # 0.63 / 0.62, 0.61 / 0.57, 0.57; 1572864 0.63, 0.63 / 0.64, 0.64 / 0.56, 0.56.
 # Hence the policy takes the grid for float32 rows past the cluster's reach up to
 # GRID_MAX_ROW_BYTES (4 MiB: it leads by 0.03 to 0.05 at 2**20, by 0.01 to 0.02 at 5 MiB and
-# not at 6 MiB), on GPUs with clusters (the only ones measured); other types stay online. Before (third session),
-# groups of `chunks` blocks holding two chunks each: float32 2**20 0.52 (online 0.57).
+# not at 6 MiB), on GPUs with clusters (the only ones measured); other types stay online.
+# Before (third session), groups of `chunks` blocks holding two chunks each: float32 2**20 0.52
+# (online 0.57).
 GRID_CHUNK_BYTES = 32 * 1024
 GRID_AHEAD = 1
 GRID_LAG = 1
 GRID_THREADS = 128  # at least 64: warp 1 polls the row counts
 GRID_ITEMSIZE = 4
 GRID_MAX_ROW_BYTES = 4 * 1024 * 1024
-GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ptxas, sm_90: 528)
+GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ncu, run s11-8: none)
 
 # The two-pass kernels (online rows, columns) run in one launch, one resident wave of blocks
 # taking (line, chunk) items from a ticket counter (kernels/common.cuh), lines grouped so that a
