@@ -233,6 +233,13 @@ template <typename T, int V> __device__ inline void store_pack(T* p, const Pack<
 // ---- the online softmax state (Milakov & Gimelshein): running max m and sum d of exp(x - m).
 // The identity is (-inf, 0). Merging rescales each side by exp(m_side - m) unless m_side already
 // is the new max, so two -inf maxima never produce exp(-inf - -inf) = NaN.
+
+// The sum d of a pair (m, d) against a max `top` >= m: d as it is where m is the top (also where
+// both are -inf: d is 0 or NaN), else d * exp(m - top).
+template <typename C> __device__ inline acc_t sum_at(C m, acc_t d, C top) {
+    return m == top ? d : d * exp(acc_t(m) - acc_t(top));
+}
+
 template <typename C> struct MD {
     C m;
     acc_t d;
@@ -252,8 +259,7 @@ template <typename C> struct MD {
     }
     __device__ void merge(const MD& o) {
         const C mn = fmax(m, o.m);
-        const acc_t a = (m == mn) ? d : d * exp(acc_t(m) - acc_t(mn));
-        const acc_t b = (o.m == mn) ? o.d : o.d * exp(acc_t(o.m) - acc_t(mn));
+        const acc_t a = sum_at(m, d, mn), b = sum_at(o.m, o.d, mn);
         m = mn;
         d = a + b;
     }
@@ -314,8 +320,7 @@ __device__ inline void lanes_reduce_rows(R (&v)[RR], int width, R* scratch, Op o
 template <typename C>
 __device__ inline MD<C> block_merge(MD<C> s, acc_t* scratch) {
     const C m = block_reduce(s.m, reinterpret_cast<C*>(scratch), MaxOp());
-    // A thread at the max adds its d as it is (also when the max is -inf: its d is 0 or NaN).
-    const acc_t d = block_reduce(s.m == m ? s.d : s.d * exp(acc_t(s.m) - acc_t(m)), scratch, SumOp());
+    const acc_t d = block_reduce(sum_at(s.m, s.d, m), scratch, SumOp());
     return {m, d};
 }
 
@@ -688,8 +693,7 @@ __device__ inline MD<C> cluster_merge(C m, acc_t d, const Mail<CL>& mail, int k,
         const C mb = b < CL ? C(round[2 * b]) : neg_inf<C>();
         const acc_t db = b < CL ? round[2 * b + 1] : 0.0;
         const C top = group_reduce(mb, 32, MaxOp());
-        // A block at the top adds d as it is (also when the top is -inf: its d is 0 or NaN).
-        const acc_t sum = group_reduce(mb == top ? db : db * exp(acc_t(mb) - acc_t(top)), 32, SumOp());
+        const acc_t sum = group_reduce(sum_at(mb, db, top), 32, SumOp());
         if (b == 0) {
             out[0] = double(top);
             out[1] = sum;

@@ -283,7 +283,7 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
         acc_t dt = acc_t(st.template sum<CL == 1>(sum_base(m)));
-        if constexpr (SPILL) dt += sp.m == m ? sp.d : sp.d * exp(acc_t(sp.m) - acc_t(m));
+        if constexpr (SPILL) dt += sum_at(sp.m, sp.d, m);
         acc_t d = block_reduce(dt, scratch, SumOp());
         if constexpr (CL > 1) {
             const MD<C> s = cluster_merge<CL>(m, d, mail, k, unsigned(rank), scratch + 34, scratch + 32);
