@@ -273,20 +273,26 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         for (int b = part.lane; b < CL; b += part.lanes)
 #pragma unroll
             for (int j = 0; j < V; ++j) mail.send(k, b, round + 2 * (rank * cols + part.pack * V + j), m[j], d[j]);
-        if (threadIdx.x < cols) {
-            const int c = threadIdx.x;
-            mail.wait(k);
-            double top = neg_inf<double>();
-#pragma unroll
-            for (int b = 0; b < CL; ++b) top = fmax(top, double(round[2 * (b * cols + c)]));
-            acc_t sum = 0;
-#pragma unroll 4
-            for (int b = 0; b < CL; ++b) {
-                const double mb = round[2 * (b * cols + c)], db = round[2 * (b * cols + c) + 1];
-                sum += mb == top ? db : db * exp(mb - top);
+        // Column c's merge on an aligned group of CL lanes, lane b taking block b's pair: the
+        // largest m, each block's term d * exp(m - M) at once, then the group's first lane adds
+        // the terms in rank order. Whole warps take part (lanes past the last column idle).
+        for (int base = threadIdx.x & ~31; base < CL * cols; base += blockDim.x) {
+            const int pair = base + (threadIdx.x & 31), c = pair / CL, b = pair % CL;
+            const bool on = pair < CL * cols;
+            float mb = neg_inf<float>(), db = 0;
+            if (on) {
+                mail.wait(k);
+                mb = round[2 * (b * cols + c)];
+                db = round[2 * (b * cols + c) + 1];
             }
-            fin[2 * c] = float(top);
-            fin[2 * c + 1] = scale_of(sum, float());
+            const float top = group_reduce(mb, CL, MaxOp());
+            const acc_t term = mb == top ? acc_t(db) : db * exp(double(mb) - double(top));
+            acc_t sum = 0;
+            for (int j = 0; j < CL; ++j) sum += __shfl_sync(0xffffffffu, term, (threadIdx.x & 31 & ~(CL - 1)) + j);
+            if (on && b == 0) {
+                fin[2 * c] = top;
+                fin[2 * c + 1] = scale_of(sum, float());
+            }
         }
         __syncthreads();
         float scale[V];
