@@ -184,6 +184,32 @@ template <typename T, int V> struct SlabPart {
     __device__ void load(const T* src, long long xsn, int k, long long left) const {
         stage_pack<T, V>(at(k), src + k * xsn, left);
     }
+    // Each of the pack's V columns: its largest element at this thread's steps, into m (which
+    // holds -inf; fmax semantics). Half types compare pairs as they are (one HMNMX2 per two
+    // columns a step, no conversions): the same maxima.
+    __device__ void max(float (&m)[V]) const {
+        if constexpr (sizeof(T) == 2 && V >= 2) {
+            using T2 = typename Traits<T>::T2;
+            T2 top[V / 2], w[V / 2];
+#pragma unroll
+            for (int j = 0; j < V / 2; ++j) top[j] = Traits<T>::pair(m[2 * j], m[2 * j + 1]);
+            for (int k = lane; k < count; k += lanes) {
+                const Pack<T, V> p = load_pack<T, V>(at(k));
+                memcpy(w, p.v, sizeof w);
+#pragma unroll
+                for (int j = 0; j < V / 2; ++j) top[j] = __hmax2(top[j], w[j]);
+            }
+#pragma unroll
+            for (int j = 0; j < V / 2; ++j) m[2 * j] = __low2float(top[j]), m[2 * j + 1] = __high2float(top[j]);
+        } else {
+            for (int k = lane; k < count; k += lanes) {
+                float v[V];
+                unpack(load_pack<T, V>(at(k)), v);
+#pragma unroll
+                for (int j = 0; j < V; ++j) m[j] = fmax(m[j], v[j]);
+            }
+        }
+    }
 };
 
 // Each of this thread's V column values reduced over the block's threads of its pack, in a
@@ -252,12 +278,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         float m[V], d[V], v[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) m[j] = neg_inf<float>(), d[j] = 0;
-        if (left > 0)
-            for (int s = part.lane; s < part.count; s += part.lanes) {
-                unpack(load_pack<T, V>(part.at(s)), v);
-#pragma unroll
-                for (int j = 0; j < V; ++j) m[j] = fmax(m[j], v[j]);
-            }
+        if (left > 0) part.max(m);
         slab_columns_reduce(m, red, width, MaxOp());
         if (left > 0)
             for (int s = part.lane; s < part.count; s += part.lanes) {
