@@ -135,9 +135,9 @@ def test_misaligned_rows(cols, dtype):
             assert_softmax(poisoned_softmax(x, method=method), x, -1)
 
 
-@pytest.mark.parametrize("cols", [5, 700, 9000, 100000, 1000000])
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-def test_special_rows_beside_normal_rows(cols, dtype):
+def special_lines(cols, dtype):
+    """12 lines of `cols` values (float64, to be rounded to dtype): 1 to 3 give NaN throughout
+    (a NaN, an inf, all -inf), 5 gives 1.0 at its first place, the others no NaN."""
     rng = np.random.default_rng(5)
     v = make_values(rng, (12, cols), np.dtype(np.float64))
     v[1, cols // 2] = np.nan
@@ -153,13 +153,33 @@ def test_special_rows_beside_normal_rows(cols, dtype):
     v[9] = min(3000.0, top / 2) + v[9]
     v[10] = min(8e6, top / 2) + 4.0 * v[10]
     v[11] = -min(1e10, top / 4) + min(1e3, top / 1e4) * v[11]
-    x = cupy.asarray(v.astype(dtype))
+    return v
+
+
+@pytest.mark.parametrize("cols", [5, 700, 9000, 100000, 1000000])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_special_rows_beside_normal_rows(cols, dtype):
+    x = cupy.asarray(special_lines(cols, dtype).astype(dtype))
     for method in ROW_METHODS:
         if runnable(method, cols, x.dtype):
             y = to_host(poisoned_softmax(x, method=method))
             assert_softmax(y, x, -1)
             assert np.isnan(y[1:4]).all() and not np.isnan(y[[0, *range(4, 12)]]).any()
             assert y[5, 0] == 1.0
+
+
+@pytest.mark.parametrize("n", [5, 700, 9000])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_special_columns_along_axis_0(n, dtype):
+    """The special lines as columns of a C-contiguous matrix, softmax over axis 0: the slab's
+    and the columns kernel's merges of (max, sum) pairs over blocks and chunks."""
+    x = cupy.asarray(np.ascontiguousarray(special_lines(n, dtype).T).astype(dtype))
+    methods = [None, "columns"] + (["slab"] if limits().clusters and x.itemsize <= 4 else [])
+    for method in methods:
+        y = to_host(poisoned_softmax(x, axis=0, method=method))
+        assert_softmax(y, x, 0)
+        assert np.isnan(y[:, 1:4]).all() and not np.isnan(y[:, [0, *range(4, 12)]]).any()
+        assert y[0, 5] == 1.0
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
