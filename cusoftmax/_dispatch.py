@@ -276,6 +276,12 @@ COLUMNS_MAX_VEC = 4
 # (run s10-8, two rounds): 0.55, 0.54 / 0.43, 0.43; 0.37, 0.36 / 0.33, 0.33 against 0.73, 0.74 /
 # 0.56, 0.57; 0.54, 0.54 / 0.45, 0.45 (4096 x 16384 then on clusters of 16 blocks of 32 KiB in
 # place of 8 of 64 KiB; 16384 x 4096 on the ladder's fallback, clusters of 8 of 128 KiB).
+# Twelfth session, with each column's merge on a lane per block: strips of 256 bytes first
+# (float32 4096 x 16384 on clusters of 16, two blocks an SM; run s12-1, two rounds) 0.50 / 0.57,
+# 0.49 / 0.56 against 0.74 / 0.58, 0.75 / 0.57; 32 KiB slices (run s12-7, two rounds) 0.55 / 0.46;
+# 0.33 / 0.35 each against 0.77 / 0.60, 0.76 / 0.61; 0.55 / 0.47, 0.55 / 0.46. A cluster per line
+# stays (run s12-3: clusters looping over lines, 0.53 to 0.69 / 0.40 to 0.52; 0.41 to 0.54 /
+# 0.35 to 0.45).
 SLAB_STRIP_BYTES = (128, 64)
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
