@@ -307,7 +307,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                 db = round[2 * (b * cols + c) + 1];
             }
             const float top = group_reduce(mb, CL, MaxOp());
-            const acc_t term = mb == top ? acc_t(db) : db * exp(double(mb) - double(top));
+            const acc_t term = sum_at(mb, acc_t(db), top);
             acc_t sum = 0;
             for (int j = 0; j < CL; ++j) sum += __shfl_sync(0xffffffffu, term, (threadIdx.x & 31 & ~(CL - 1)) + j);
             if (on && b == 0) {
