@@ -286,7 +286,8 @@ SLAB_STRIP_BYTES = (128, 64)
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
 SLAB_MAX_THREADS = 256  # SLAB_MAX_THREADS there
-SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 8 + SLAB_MAX_THREADS // 32 * SLAB_MAX_COLS * 4  # SLAB_SCRATCH there
+SLAB_MAX_WARPS = SLAB_MAX_THREADS // 32  # SLAB_MAX_WARPS there
+SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 8  # SLAB_SCRATCH there
 
 MAX_GRID = 2**31 - 1
 
@@ -594,9 +595,9 @@ def _slab_slice_bytes(n, width, vec, itemsize, size):
 
 
 def _slab_scratch(size, cols):
-    """Shared memory of a slab block ahead of its slice: SLAB_SCRATCH, then the (m, d) float
-    pairs of `cols` columns it receives from `size` blocks, twice."""
-    return SLAB_SCRATCH + 16 * size * cols
+    """Shared memory of a slab block ahead of its slice: SLAB_SCRATCH, then two rounds of (m, d)
+    float pairs of `cols` columns from `size` blocks or SLAB_MAX_WARPS warps, the more."""
+    return SLAB_SCRATCH + 16 * max(size, SLAB_MAX_WARPS) * cols
 
 
 def _slab_shape(n, inner, itemsize, vec, limits):

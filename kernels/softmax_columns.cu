@@ -167,8 +167,9 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
 // (width * V <= SLAB_MAX_COLS columns) of one o over all n steps is a line, cut over the CL
 // blocks of a cluster (block `rank` holds steps rank * per, ..., in its shared memory as bits):
 // one read and one write per element. Thread (p, l) of a block owns pack p at the block's steps
-// l, l + lanes, ... Per column: the block's max, its sum of exp against that max, the blocks'
-// pairs sent to each other (Mail) and merged once, then the write walk. Clusters take lines
+// l, l + lanes, ... Per column: each warp's max and its sum of exp against that max (shuffles
+// only), the warps' pairs merged, the blocks' pairs sent to each other (Mail) and merged once,
+// then the write walk. Clusters take lines
 // c, c + clusters, ...
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
@@ -212,34 +213,48 @@ template <typename T, int V> struct SlabPart {
     }
 };
 
-// Each of this thread's V column values reduced over the block's threads of its pack, in a
-// fixed order (shuffles over the warp's lanes of the pack, then the warps in order through
-// `red`); every thread gets its pack's results. width divides 32.
+// Each of this thread's V column values reduced over the warp's lanes of its pack (the lanes of
+// one threadIdx.x % width; width divides 32) in a fixed shuffle tree; every lane gets its pack's
+// results.
 template <int V, typename Op>
-__device__ inline void slab_columns_reduce(float (&v)[V], float* red, int width, Op op) {
+__device__ inline void warp_columns_reduce(float (&v)[V], int width, Op op) {
 #pragma unroll
     for (int j = 0; j < V; ++j)
         for (int o = 16; o >= width; o >>= 1) v[j] = op(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
-    const int warp = threadIdx.x >> 5, wl = threadIdx.x & 31, pack = threadIdx.x % width;
-    if (wl < width)
-#pragma unroll
-        for (int j = 0; j < V; ++j) red[warp * SLAB_MAX_COLS + wl * V + j] = v[j];
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-        float r = red[pack * V + j];
-        for (int w = 1; w < int(blockDim.x >> 5); ++w) r = op(r, red[w * SLAB_MAX_COLS + pack * V + j]);
-        v[j] = r;
+}
+
+// Per column c < cols, the (m, d) float pairs of `nb` sources at pairs[2 * (b * cols + c)]
+// merged on an aligned group of G lanes (G a power of two, nb <= G), lane b taking source b's
+// pair: the largest m, each source's term d * exp(m - M) at once, then the terms added in source
+// order (every lane of the group adds them alike, so all get the same bits). Whole warps take
+// part, lanes past the last column idle; f(c, b, M, D) runs on each lane of a column's group.
+template <typename F>
+__device__ inline void merge_column_pairs(const float* pairs, int nb, int G, int cols, F f) {
+    for (int base = threadIdx.x & ~31; base < G * cols; base += blockDim.x) {
+        const int pair = base + (threadIdx.x & 31), c = pair / G, b = pair % G;
+        const bool on = pair < G * cols;
+        float mb = neg_inf<float>(), db = 0;
+        if (on && b < nb) {
+            mb = pairs[2 * (b * cols + c)];
+            db = pairs[2 * (b * cols + c) + 1];
+        }
+        const float top = group_reduce(mb, G, MaxOp());
+        const acc_t term = sum_at(mb, acc_t(db), top);
+        acc_t sum = 0;
+        for (int j = 0; j < G; ++j) sum += __shfl_sync(0xffffffffu, term, (threadIdx.x & 31 & ~(G - 1)) + j);
+        if (on) f(c, b, top, sum);
     }
-    __syncthreads();
 }
 
 constexpr int SLAB_MAX_THREADS = 256;
+constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
 // Dynamic shared memory ahead of the slab: two barriers of the blocks' exchange (Mail), per
-// column the merged (m, scale), per warp and column a float for the block's column reductions
-// (SLAB_SCRATCH bytes); then the pairs received from the cluster's blocks, [2][CL][cols] (m, d)
-// floats (16 * CL * cols bytes).
-constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4 + SLAB_MAX_THREADS / 32 * SLAB_MAX_COLS * 4;
+// column the merged (m, scale) (SLAB_SCRATCH bytes); then two rounds of column pairs, each
+// [max(CL, SLAB_MAX_WARPS)][cols] (m, d) floats (16 * max(CL, SLAB_MAX_WARPS) * cols bytes): a
+// line's round receives the cluster's blocks' pairs, the other round meanwhile holds the
+// block's warps' pairs (no peer sends into it before this block has sent the line's pairs, which
+// it does only after reading its warps').
+constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4;
 
 // At most 64 registers a thread: 4 blocks of 256 threads per SM.
 template <typename T, int V, int CL>
@@ -248,14 +263,14 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                  long long xsn, long long yso, long long ysn, int width) {
     static_assert(sizeof(compute_t<T>) == 4, "slab: float compute types");
     extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int RB = CL > SLAB_MAX_WARPS ? CL : SLAB_MAX_WARPS;  // pairs' rows of a round
     const Mail<CL> mail{reinterpret_cast<unsigned long long*>(smem)};
     float* fin = reinterpret_cast<float*>(smem + 16);  // [SLAB_MAX_COLS][2]
-    float* red = fin + 2 * SLAB_MAX_COLS;               // [warps][SLAB_MAX_COLS]
-    float* recv = reinterpret_cast<float*>(smem + SLAB_SCRATCH);  // [2][CL][cols][2]
+    float* recv = reinterpret_cast<float*>(smem + SLAB_SCRATCH);  // [2][RB][cols][2]
     const int rank = int(cluster_rank<CL>());
     const long long per = (n + CL - 1) / CL, k0 = rank * per;
     const int cols = width * V;
-    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * CL * cols),
+    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * RB * cols),
                               int(threadIdx.x % width), int(threadIdx.x / width),
                               int(blockDim.x / width), width, int(max(0LL, min(n, k0 + per) - k0))};
     const long long strips = (inner + cols - 1) / cols, lines = outer * strips;
@@ -279,42 +294,38 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
 #pragma unroll
         for (int j = 0; j < V; ++j) m[j] = neg_inf<float>(), d[j] = 0;
         if (left > 0) part.max(m);
-        slab_columns_reduce(m, red, width, MaxOp());
+        warp_columns_reduce(m, width, MaxOp());  // the warp's maxima
         if (left > 0)
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
                 for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
             }
-        slab_columns_reduce(d, red, width, SumOp());
-        // Every block's column pairs to every block (lane b of each pack sends to blocks b,
-        // b + lanes, ...), then column c merges the blocks' pairs in rank order.
-        float* round = recv + (k & 1) * 2 * CL * cols;
-        if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);
-        for (int b = part.lane; b < CL; b += part.lanes)
+        warp_columns_reduce(d, width, SumOp());
+        // The warps' pairs, merged per column in warp order, to every block of the cluster (lane
+        // w of a column's group sends to blocks w, w + warps, ...); then column c merges the
+        // blocks' pairs in rank order.
+        float* round = recv + (k & 1) * 2 * RB * cols;
+        float* own = recv + (~k & 1) * 2 * RB * cols;
+        const int warps = blockDim.x >> 5;
+        if ((threadIdx.x & 31) < width)
 #pragma unroll
-            for (int j = 0; j < V; ++j) mail.send(k, b, round + 2 * (rank * cols + part.pack * V + j), m[j], d[j]);
-        // Column c's merge on an aligned group of CL lanes, lane b taking block b's pair: the
-        // largest m, each block's term d * exp(m - M) at once, then the group's first lane adds
-        // the terms in rank order. Whole warps take part (lanes past the last column idle).
-        for (int base = threadIdx.x & ~31; base < CL * cols; base += blockDim.x) {
-            const int pair = base + (threadIdx.x & 31), c = pair / CL, b = pair % CL;
-            const bool on = pair < CL * cols;
-            float mb = neg_inf<float>(), db = 0;
-            if (on) {
-                mail.wait(k);
-                mb = round[2 * (b * cols + c)];
-                db = round[2 * (b * cols + c) + 1];
+            for (int j = 0; j < V; ++j) {
+                own[2 * ((threadIdx.x >> 5) * cols + part.pack * V + j)] = m[j];
+                own[2 * ((threadIdx.x >> 5) * cols + part.pack * V + j) + 1] = d[j];
             }
-            const float top = group_reduce(mb, CL, MaxOp());
-            const acc_t term = sum_at(mb, acc_t(db), top);
-            acc_t sum = 0;
-            for (int j = 0; j < CL; ++j) sum += __shfl_sync(0xffffffffu, term, (threadIdx.x & 31 & ~(CL - 1)) + j);
-            if (on && b == 0) {
+        if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);
+        __syncthreads();
+        merge_column_pairs(own, warps, warps, cols, [&](int c, int w, float top, acc_t sum) {
+            for (int b = w; b < CL; b += warps) mail.send(k, b, round + 2 * (rank * cols + c), top, float(sum));
+        });
+        mail.wait(k);  // the blocks' pairs of this line
+        merge_column_pairs(round, CL, CL, cols, [&](int c, int b, float top, acc_t sum) {
+            if (b == 0) {
                 fin[2 * c] = top;
                 fin[2 * c + 1] = scale_of(sum, float());
             }
-        }
+        });
         __syncthreads();
         float scale[V];
 #pragma unroll
@@ -328,8 +339,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                 store_row_pack<T, V>(dst + s * ysn, 0, left, v);
             }
         }
-        // fin is written again only after the next line's first reduction barrier; the slab
-        // places are each walked by one thread.
+        // fin is written again only after the next line's first barrier; the slab places are
+        // each walked by one thread.
     }
     if (k == 0) mail.opened();  // no line: still leave the cluster barrier
     mail.close();  // past the last line's barrier after its waits

@@ -250,14 +250,15 @@ def test_slab_policy():
     size, strip = launch.template[1], p.width * 16
     assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES[0]
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
-    assert launch.smem == d.SLAB_SCRATCH + 16 * size * (strip // 4) + math.ceil(4096 / size) * strip
+    rows = max(size, d.SLAB_MAX_WARPS)  # pairs' rows of a round: the cluster's blocks or the warps
+    assert launch.smem == d.SLAB_SCRATCH + 16 * rows * (strip // 4) + math.ceil(4096 / size) * strip
     assert math.ceil(4096 / size) * strip <= d.SLAB_SLICE_BYTES
     assert size == d.CLUSTER_SIZES[0] or math.ceil(4096 / (size // 2)) * strip > d.SLAB_SLICE_BYTES
     # Past small slices on 16 blocks of the first width: the last width.
     long = d.plan(axis0(16384, 4096), 4, (0, 0), H200)
     assert (long.method, long.width * 16) == ("slab", d.SLAB_STRIP_BYTES[-1])
     last = d.SLAB_STRIP_BYTES[-1]
-    room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * H200.max_cluster * (last // 4)
+    room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * max(H200.max_cluster, d.SLAB_MAX_WARPS) * (last // 4)
     top = H200.max_cluster * (room // last)  # steps held
     assert d.plan(axis0(top, 4096), 4, (0, 0), H200).width * 16 == last
     assert d.plan(axis0(top + 1, 4096), 4, (0, 0), H200).method == "columns"
