@@ -52,7 +52,6 @@ MARKS = {
     "softmax_columns.cu": [
         ("    mail.open();\n    int k = 0;  // lines done\n", "", START),
         ("        if (k == 0) mail.opened();  // while the first line loads\n", "PM(0); ++steps_;", ""),
-        ("        copy_wait();\n        float m[V], d[V], v[V];\n", "", "PM(9); __syncthreads(); PM(8);"),
         ("        warp_columns_reduce(m, width, MaxOp());  // the warp's maxima\n", "PM(1);", "PM(2);"),
         ("        warp_columns_reduce(d, width, SumOp());\n", "PM(3);", "PM(4);"),
         ("        if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);\n        __syncthreads();\n", "", "PM(12);"),
@@ -66,7 +65,7 @@ NAMES = {
     "grid": {9: "loop head", 0: "copy wait", 1: "max, block reduction", 2: "sum, block reduction",
              3: "publication", 4: "wait for the row", 5: "merge of the row", 6: "write",
              7: "next copy issued"},
-    "slab": {0: "copies issued", 9: "own copies landed", 8: "all copies landed", 1: "max walk",
+    "slab": {0: "copies issued", 1: "copies landing, max walk",
              2: "max shuffles", 3: "sum walk", 4: "sum shuffles", 12: "warps' pairs, barrier",
              5: "warps' merge, sends",
              6: "wait for the cluster's pairs", 7: "merge", 10: "barrier", 11: "write"},
