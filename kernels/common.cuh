@@ -239,6 +239,8 @@ template <typename T, int V> __device__ inline void store_pack(T* p, const Pack<
 template <typename C> __device__ inline acc_t sum_at(C m, acc_t d, C top) {
     return m == top ? d : d * exp(acc_t(m) - acc_t(top));
 }
+// The same in float (MUFU.EX2), for a few float sums merged at once (a slab's column pairs).
+__device__ inline float sum_at(float m, float d, float top) { return m == top ? d : d * fast_exp(m - top); }
 
 template <typename C> struct MD {
     C m;

@@ -225,8 +225,8 @@ __device__ inline void warp_columns_reduce(float (&v)[V], int width, Op op) {
 
 // Per column c < cols, the (m, d) float pairs of `nb` sources at pairs[2 * (b * cols + c)]
 // merged on an aligned group of G lanes (G a power of two, nb <= G), lane b taking source b's
-// pair: the largest m, each source's term d * exp(m - M) at once, then the terms added in source
-// order (every lane of the group adds them alike, so all get the same bits). Whole warps take
+// pair: the largest m, each source's term d * exp(m - M) at once, then the terms added in a
+// fixed shuffle tree (floats; every lane of the group gets the same bits). Whole warps take
 // part, lanes past the last column idle; f(c, b, M, D) runs on each lane of a column's group.
 template <typename F>
 __device__ inline void merge_column_pairs(const float* pairs, int nb, int G, int cols, F f) {
@@ -239,9 +239,7 @@ __device__ inline void merge_column_pairs(const float* pairs, int nb, int G, int
             db = pairs[2 * (b * cols + c) + 1];
         }
         const float top = group_reduce(mb, G, MaxOp());
-        const acc_t term = sum_at(mb, acc_t(db), top);
-        acc_t sum = 0;
-        for (int j = 0; j < G; ++j) sum += __shfl_sync(0xffffffffu, term, (threadIdx.x & 31 & ~(G - 1)) + j);
+        const float sum = group_reduce(sum_at(mb, db, top), G, SumOp());
         if (on) f(c, b, top, sum);
     }
 }
@@ -345,11 +343,11 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
             }
         if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);
         __syncthreads();
-        merge_column_pairs(own, warps, warps, cols, [&](int c, int w, float top, acc_t sum) {
-            for (int b = w; b < CL; b += warps) mail.send(k, b, round + 2 * (rank * cols + c), top, float(sum));
+        merge_column_pairs(own, warps, warps, cols, [&](int c, int w, float top, float sum) {
+            for (int b = w; b < CL; b += warps) mail.send(k, b, round + 2 * (rank * cols + c), top, sum);
         });
         mail.wait(k);  // the blocks' pairs of this line
-        merge_column_pairs(round, CL, CL, cols, [&](int c, int b, float top, acc_t sum) {
+        merge_column_pairs(round, CL, CL, cols, [&](int c, int b, float top, float sum) {
             if (b == 0) {
                 fin[2 * c] = top;
                 fin[2 * c + 1] = scale_of(sum, float());
