@@ -253,16 +253,14 @@ constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
 // block's warps' pairs (no peer sends into it before this block has sent the line's pairs, which
 // it does only after reading its warps').
 constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4;
-// Whether the sum walk writes each term exp(x - m_w) (m_w: its warp's max) over x in the slab,
-// rounded to T, so that the write walk multiplies by one factor per column in place of an exp
-// per element. float32: the terms as computed. bfloat16: the term's rounding (2^-9 relative) comes
-// on top of the output's own (2^-9), about 3.9e-3 in all against the bound of 8e-3. float16: not
-// kept (the same would come to about 9.8e-4 against 1e-3).
-// Evidence: H200, 2026-11-30, run s13-2 (three rounds): bfloat16 4096 x 16384 / 16384 x 4096
-// 0.65, 0.65, 0.64 / 0.55 each against 0.62 each / 0.53 each; float32 unchanged (0.78 /
-// 0.61 to 0.62).
-template <typename T> struct KeepsTerms { static constexpr bool value = true; };
-template <> struct KeepsTerms<__half> { static constexpr bool value = false; };
+// Whether the sum walk writes each term exp(x - m_w) (m_w: its warp's max) over x in the slab, so
+// that the write walk multiplies by one factor per column in place of an exp per element: float32
+// only, where the slab holds the terms as computed. Half types would round each term to T before
+// the output's own rounding (DESIGN.md: one rounding, at the store), so they compute it again.
+// Evidence: H200, 2026-11-30, run s13-2 (three rounds, axis 0 of 4096 x 16384 / 16384 x 4096):
+// float32 unchanged (0.78 / 0.61 to 0.62); bfloat16 (terms kept, since taken back) 0.65, 0.65,
+// 0.64 / 0.55 each against 0.62 each / 0.53 each.
+template <typename T> struct KeepsTerms { static constexpr bool value = sizeof(T) == 4; };
 // A line's copies, committed in groups, each group's max walked as soon as it lands. Evidence:
 // H200, 2026-11-30, run s13-2 (three rounds, axis 0 of 4096 x 16384 / 16384 x 4096): 4 groups
 // against one, float32 0.78 each / 0.62, 0.63, 0.62 against 0.77, 0.77, 0.76 / 0.61 each;

@@ -323,11 +323,16 @@ def test_other_device_out_is_rejected():
 
 
 @pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed")
-def test_bfloat16_rounds_once():
-    """Half types compute in float32 and round once: within half an ulp of the exact value."""
-    x = cupy.asarray(make_values(np.random.default_rng(10), (16, 777), BF16))
-    y = to_host(cusoftmax.softmax(x)).astype(np.float64)
-    ref = to_host(cusoftmax.softmax(x.astype(np.float64)))
+@pytest.mark.parametrize("shape, axis, method", [((16, 777), -1, None), ((3, 2**20 + 5), -1, "online"),
+                                                 ((3000, 300), 0, "columns"), ((3000, 300), 0, "slab")])
+def test_bfloat16_rounds_once(shape, axis, method):
+    """Half types compute in float32 and round once: within half an ulp of the exact value (rows,
+    long rows in two passes, columns in two passes and held on chip)."""
+    if method == "slab" and not limits().clusters:
+        pytest.skip("the slab needs thread-block clusters")
+    x = cupy.asarray(make_values(np.random.default_rng(10), shape, BF16))
+    y = to_host(cusoftmax.softmax(x, axis=axis, method=method)).astype(np.float64)
+    ref = to_host(cusoftmax.softmax(x.astype(np.float64), axis=axis))
     tiny = ref < 1e-30
     ulp = 2.0 ** (np.floor(np.log2(np.where(tiny, 1.0, ref))) - 7)  # bfloat16: 8 significant bits
     assert np.all(np.abs(y - ref) <= np.where(tiny, 1e-30, 0.5 * ulp + 1e-5 * ref))
