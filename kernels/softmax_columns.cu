@@ -253,18 +253,12 @@ constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
 // block's warps' pairs (no peer sends into it before this block has sent the line's pairs, which
 // it does only after reading its warps').
 constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4;
-// Whether the sum walk writes each term exp(x - m_w) (m_w: its warp's max) over x in the slab, so
-// that the write walk multiplies by one factor per column in place of an exp per element: float32
-// only, where the slab holds the terms as computed. Half types would round each term to T before
-// the output's own rounding (DESIGN.md: one rounding, at the store), so they compute it again.
-// Evidence: H200, 2026-11-30, run s13-2 (three rounds, axis 0 of 4096 x 16384 / 16384 x 4096):
-// float32 unchanged (0.78 / 0.61 to 0.62); bfloat16 (terms kept, since taken back) 0.65, 0.65,
-// 0.64 / 0.55 each against 0.62 each / 0.53 each.
-template <typename T> struct KeepsTerms { static constexpr bool value = sizeof(T) == 4; };
 // A line's copies, committed in groups, each group's max walked as soon as it lands. Evidence:
 // H200, 2026-11-30, run s13-2 (three rounds, axis 0 of 4096 x 16384 / 16384 x 4096): 4 groups
 // against one, float32 0.78 each / 0.62, 0.63, 0.62 against 0.77, 0.77, 0.76 / 0.61 each;
-// bfloat16 0.62 each / 0.53 each against 0.61 each / 0.53 each. Other counts not measured.
+// bfloat16 0.62 each / 0.53 each against 0.61 each / 0.53 each. Run s13-7 (three rounds), 8 groups
+// against 4: float32 0.80, 0.79, 0.80 / 0.64, 0.62, 0.63 against 0.79 each / 0.63, 0.62, 0.63;
+// bfloat16 0.57 each / 0.48, 0.50, 0.49 against 0.65 each / 0.56, 0.55, 0.55.
 constexpr int SLAB_COPY_GROUPS = 4;
 
 // At most 64 registers a thread: 4 blocks of 256 threads per SM.
@@ -320,11 +314,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    v[j] = fast_exp(v[j] - sum_base(m[j]));
-                    d[j] += v[j];
-                }
-                if constexpr (KeepsTerms<T>::value) store_pack<T, V>(part.at(s), pack_out<T, V>(v));
+                for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
             }
         warp_columns_reduce(d, width, SumOp());
         // The warps' pairs, merged per column in warp order, to every block of the cluster (lane
@@ -354,19 +344,13 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         __syncthreads();
         float scale[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-            const float top = fin[2 * (part.pack * V + j)];
-            scale[j] = fin[2 * (part.pack * V + j) + 1];
-            if constexpr (KeepsTerms<T>::value)  // the warp's terms, from its max to the column's
-                scale[j] = m[j] == top ? scale[j] : fast_exp(m[j] - top) * scale[j];
-            m[j] = top;
-        }
+        for (int j = 0; j < V; ++j) m[j] = fin[2 * (part.pack * V + j)], scale[j] = fin[2 * (part.pack * V + j) + 1];
         if (left > 0) {
             T* dst = y + offset(line, yso, ysn);
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[j] = (KeepsTerms<T>::value ? v[j] : fast_exp(v[j] - m[j])) * scale[j];
+                for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - m[j]) * scale[j];
                 store_row_pack<T, V>(dst + s * ysn, 0, left, v);
             }
         }
