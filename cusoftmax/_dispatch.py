@@ -281,7 +281,14 @@ COLUMNS_MAX_VEC = 4
 # 0.49 / 0.56 against 0.74 / 0.58, 0.75 / 0.57; 32 KiB slices (run s12-7, two rounds) 0.55 / 0.46;
 # 0.33 / 0.35 each against 0.77 / 0.60, 0.76 / 0.61; 0.55 / 0.47, 0.55 / 0.46. A cluster per line
 # stays (run s12-3: clusters looping over lines, 0.53 to 0.69 / 0.40 to 0.52; 0.41 to 0.54 /
-# 0.35 to 0.45).
+# 0.35 to 0.45). Thirteenth session, with the warp walks: SLAB_SLICE_BYTES 48 KiB with clusters of
+# 12 allowed (run s13-5 on 7d88972, its merge's lanes rounded up to a power of two; 4096 x 16384
+# on 12 blocks of 43 KiB, four an SM; three rounds) 0.76 to 0.78 / 0.51 to 0.52; 0.57 / 0.44 to
+# 0.45 against 0.79 to 0.80 / 0.62; 0.68 / 0.57 to 0.58. SLAB_MAX_THREADS 128 (run s13-7 on
+# eb3cf87, three rounds) 0.71 to 0.72 / 0.58; 0.54 to 0.55 / 0.48 against 0.79 / 0.62 to 0.63;
+# 0.65 / 0.55 to 0.56; 384 (run s13-9 on eb3cf87 with the kernel's bounds (384, 3) and a round's
+# pair rows from its warps, two rounds) 0.76 / 0.60 to 0.61; 0.49 / 0.43 (two blocks an SM)
+# against 0.80 to 0.81 / 0.62; 0.65 / 0.56.
 SLAB_STRIP_BYTES = (128, 64)
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu

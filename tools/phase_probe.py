@@ -55,6 +55,7 @@ MARKS = {
         ("        warp_columns_reduce(m, width, MaxOp());  // the warp's maxima\n", "PM(1);", "PM(2);"),
         ("        warp_columns_reduce(d, width, SumOp());\n", "PM(3);", "PM(4);"),
         ("        if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);\n        __syncthreads();\n", "", "PM(12);"),
+        ("            for (int b = w; b < CL; b += warps) mail.send(", "PM(13);\n", ""),
         ("        mail.wait(k);  // the blocks' pairs of this line\n", "PM(5);", "PM(6);"),
         ("        __syncthreads();\n        float scale[V];\n", "PM(7);", "PM(10);"),
         ("        // fin is written again only after", "PM(11);\n", ""),
@@ -67,7 +68,7 @@ NAMES = {
              7: "next copy issued"},
     "slab": {0: "copies issued", 1: "copies landing, max walk",
              2: "max shuffles", 3: "sum walk", 4: "sum shuffles", 12: "warps' pairs, barrier",
-             5: "warps' merge, sends",
+             13: "warps' merge", 5: "sends",
              6: "wait for the cluster's pairs", 7: "merge", 10: "barrier", 11: "write"},
 }
 
