@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
 // one read and one write per element. Thread (p, l) of a block owns pack p at the block's steps
 // l, l + lanes, ... Per column: each warp's max and its sum of exp against that max (shuffles
 // only), the warps' pairs merged, the blocks' pairs sent to each other (Mail) and merged once,
-// then the write walk. Clusters take lines
-// c, c + clusters, ...
+// then the write walk. Clusters take lines c, c + clusters, ... Blocks of a power-of-two number
+// of warps (the warps' merge takes a group of lanes a warp).
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
 constexpr int SLAB_MAX_COLS = 64;  // columns per strip, at most
@@ -317,9 +317,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                 for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
             }
         warp_columns_reduce(d, width, SumOp());
-        // The warps' pairs, merged per column in warp order, to every block of the cluster (lane
-        // w of a column's group sends to blocks w, w + warps, ...); then column c merges the
-        // blocks' pairs in rank order.
+        // The warps' pairs, merged per column (lane w of a column's group takes warp w's pair),
+        // to every block of the cluster (lane w sends to blocks w, w + warps, ...); then column
+        // c merges the blocks' pairs in the same shuffle tree on every block: the same bits.
         float* round = recv + (k & 1) * 2 * RB * cols;
         float* own = recv + (~k & 1) * 2 * RB * cols;
         const int warps = blockDim.x >> 5;

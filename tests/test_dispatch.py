@@ -250,6 +250,7 @@ def test_slab_policy():
     size, strip = launch.template[1], p.width * 16
     assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES[0]
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
+    assert launch.block % 32 == 0 and (launch.block // 32) & (launch.block // 32 - 1) == 0  # warps: 2**k
     rows = max(size, d.SLAB_MAX_WARPS)  # pairs' rows of a round: the cluster's blocks or the warps
     assert launch.smem == d.SLAB_SCRATCH + 16 * rows * (strip // 4) + math.ceil(4096 / size) * strip
     assert math.ceil(4096 / size) * strip <= d.SLAB_SLICE_BYTES
@@ -257,6 +258,7 @@ def test_slab_policy():
     # Past small slices on 16 blocks of the first width: the last width.
     long = d.plan(axis0(16384, 4096), 4, (0, 0), H200)
     assert (long.method, long.width * 16) == ("slab", d.SLAB_STRIP_BYTES[-1])
+    assert long.launch.block in (128, 256)
     last = d.SLAB_STRIP_BYTES[-1]
     room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * max(H200.max_cluster, d.SLAB_MAX_WARPS) * (last // 4)
     top = H200.max_cluster * (room // last)  # steps held
