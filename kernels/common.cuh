@@ -138,6 +138,18 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Pack { typename Trait
 __device__ inline void st_global(void* p, uint4 w) {
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
 }
+__device__ inline void st_global(void* p, uint4 w, unsigned long long pol) {  // under an L2 policy
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w), "l"(pol) : "memory");
+}
+__device__ inline void st_global(void* p, uint2 w, unsigned long long pol) {
+    asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;" ::"l"(p), "r"(w.x), "r"(w.y), "l"(pol) : "memory");
+}
+__device__ inline void st_global(void* p, unsigned int w, unsigned long long pol) {
+    asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(p), "r"(w), "l"(pol) : "memory");
+}
+__device__ inline void st_global(void* p, unsigned short w, unsigned long long pol) {
+    asm volatile("st.global.L2::cache_hint.b16 [%0], %1, %2;" ::"l"(p), "h"(w), "l"(pol) : "memory");
+}
 __device__ inline void st_global(void* p, uint2 w) {
     asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w.x), "r"(w.y) : "memory");
 }
@@ -147,14 +159,79 @@ __device__ inline void st_global(void* p, unsigned int w) {
 __device__ inline void st_global(void* p, unsigned short w) {
     asm volatile("st.global.b16 [%0], %1;" ::"l"(p), "h"(w) : "memory");
 }
+// ---- L2 eviction priorities of a two-pass kernel's accesses (sm_80 and newer; earlier GPUs
+// take them as plain accesses). A chunk read twice keeps its lines in L2 over lines that are not
+// read again: its first read marks them evict-last, its second (their last use) evict-first,
+// which also hands them back to the other data, and its output goes out evict-first.
+enum class L2 { normal, last, first };
+template <L2 H> __device__ inline unsigned long long l2_policy() {
+    unsigned long long p = 0;
+#if __CUDA_ARCH__ >= 800
+    if constexpr (H == L2::last)
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    else if constexpr (H == L2::first)
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+// A global load or store of one word under an L2 policy from l2_policy<H>() (H normal: plain).
+template <L2 H> __device__ inline uint4 ld_global(const uint4* p, unsigned long long pol) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (H != L2::normal) {
+        uint4 w;
+        asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "l"(p), "l"(pol));
+        return w;
+    }
+#endif
+    return *p;
+}
+template <L2 H> __device__ inline uint2 ld_global(const uint2* p, unsigned long long pol) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (H != L2::normal) {
+        uint2 w;
+        asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(w.x), "=r"(w.y) : "l"(p), "l"(pol));
+        return w;
+    }
+#endif
+    return *p;
+}
+template <L2 H> __device__ inline unsigned ld_global(const unsigned* p, unsigned long long pol) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (H != L2::normal) {
+        unsigned w;
+        asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(w) : "l"(p), "l"(pol));
+        return w;
+    }
+#endif
+    return *p;
+}
+template <L2 H> __device__ inline unsigned short ld_global(const unsigned short* p, unsigned long long pol) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (H != L2::normal) {
+        unsigned short w;
+        asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(w) : "l"(p), "l"(pol));
+        return w;
+    }
+#endif
+    return *p;
+}
+
 template <int Bytes> struct Word;
 template <> struct Word<2> { using type = unsigned short; };
 template <> struct Word<4> { using type = unsigned int; };
 template <> struct Word<8> { using type = uint2; };
 template <> struct Word<16> { using type = uint4; };
-template <typename T, int V> __device__ inline void store_pack_global(T* p, const Pack<T, V>& v) {
+template <typename T, int V, L2 H = L2::normal>
+__device__ inline void store_pack_global(T* p, const Pack<T, V>& v, unsigned long long pol = 0) {
     typename Word<sizeof(T) * V>::type w;
     memcpy(&w, &v, sizeof w);
+#if __CUDA_ARCH__ >= 800
+    if constexpr (H != L2::normal) {
+        st_global(p, w, pol);
+        return;
+    }
+#endif
     st_global(p, w);
 }
 
@@ -421,16 +498,18 @@ __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, 
 // call, so an inlined f tests it at compile time). WALK_BATCH packs are loaded before any is
 // used; a batch wholly inside the run (every batch but the last) loads and stores without a
 // bound test per pack.
-template <int THREADS, typename T, int V, typename F>
+template <int THREADS, typename T, int V, L2 H = L2::normal, typename F>
 __device__ inline void walk_run(const T* xr, int n, F&& f) {
     using C = compute_t<T>;
     constexpr int WALK_BATCH = 4;  // bytes in flight to cover DRAM latency
     constexpr int STEP = THREADS * V;
+    const unsigned long long pol = l2_policy<H>();
     int c0 = int(threadIdx.x) * V;
     for (; c0 + (WALK_BATCH - 1) * STEP + V <= n; c0 += WALK_BATCH * STEP) {
         word_t<T, V> w[WALK_BATCH];
 #pragma unroll
-        for (int b = 0; b < WALK_BATCH; ++b) w[b] = *reinterpret_cast<const word_t<T, V>*>(xr + c0 + b * STEP);
+        for (int b = 0; b < WALK_BATCH; ++b)
+            w[b] = ld_global<H>(reinterpret_cast<const word_t<T, V>*>(xr + c0 + b * STEP), pol);
 #pragma unroll
         for (int b = 0; b < WALK_BATCH; ++b) {
             C v[V];
@@ -452,15 +531,16 @@ __device__ inline void walk_run(const T* xr, int n, F&& f) {
 }
 
 // exp(x - m) * scale for the run's packs, stored at yr (SHIFTED: by exp_shifted, m passes
-// shift_ok).
-template <bool SHIFTED, int THREADS, typename T, int V, typename C>
+// shift_ok); loads and whole-pack stores under the L2 priorities LOAD and STORE.
+template <bool SHIFTED, int THREADS, typename T, int V, L2 LOAD = L2::normal, L2 STORE = L2::normal, typename C>
 __device__ inline void write_run(const T* xr, T* yr, int n, C m, C scale) {
     const C s = shift_of(m);
-    walk_run<THREADS, T, V>(xr, n, [&](int c, C(&v)[V], bool whole) {
+    const unsigned long long pol = l2_policy<STORE>();
+    walk_run<THREADS, T, V, LOAD>(xr, n, [&](int c, C(&v)[V], bool whole) {
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
         if (whole)
-            store_pack_global<T, V>(yr + c, pack_out<T, V>(v));
+            store_pack_global<T, V, STORE>(yr + c, pack_out<T, V>(v), pol);
         else
             store_row_pack<T, V>(yr, c, n, v);
     });

@@ -22,6 +22,17 @@ namespace csm {
 // registers a thread), the others 2 (at most 64). ONLINE_BLOCKS_PER_SM in cusoftmax/_dispatch.py
 // has the measurements.
 constexpr int ONLINE_THREADS = 512;
+// L2 priorities: a chunk's first read, its second read, the output. Evidence: H200, 2026-11-30,
+// run s14-1 (two rounds, fraction of copy), float32 rows of 2**21 / 2**22, then one row of 2**24 /
+// 2**27; bfloat16 rows of 2**21 / 2**22; float16 the same: none 0.61 each / 0.62 each / 0.57,
+// 0.60 / 0.62 each; 0.56 each / 0.60 each; 0.58 each / 0.60 each; evict-first second reads and
+// stores 0.60 each / 0.61, 0.62 / 0.58, 0.61 / 0.61 each; 0.57, 0.58 / 0.60, 0.61; 0.58, 0.59 /
+// 0.60, 0.61; also evict-last first reads (these) 0.61 each / 0.62, 0.63 / 0.57 each / 0.62 each;
+// 0.58 each / 0.61 each; 0.59, 0.60 / 0.62, 0.63; evict-first stores alone 0.61, 0.62 / 0.62
+// each / 0.56, 0.60 / 0.62 each; 0.56, 0.57 / 0.60 each; 0.58 each / 0.60, 0.61. Nsight Compute
+// (s14-2, bfloat16 rows of 2**21): L2 hits of the loads' sectors 0.8% without, 4.8% with them;
+// at 128 KiB chunks and groups of half a wave the second read is seldom in L2 either way.
+constexpr L2 ONLINE_FIRST_READ = L2::last, ONLINE_SECOND_READ = L2::first, ONLINE_STORE = L2::first;
 template <typename T> constexpr int ONLINE_BLOCKS = sizeof(T) == 2 ? 3 : 2;
 
 // A read item: the chunk's (m, d) into the workspace, then counted (nothing waits for it).
@@ -29,7 +40,7 @@ template <typename T, int V, typename C>
 __device__ inline void online_read(const T* xc, int n, double* chunk_part, unsigned* row_count,
                                    acc_t* scratch) {
     MD<C> s = MD<C>::identity();
-    walk_run<ONLINE_THREADS, T, V>(xc, n, [&](int, C(&v)[V], bool) { s.push_pack(v); });
+    walk_run<ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc, n, [&](int, C(&v)[V], bool) { s.push_pack(v); });
     publish_chunk(chunk_part, block_merge(s, scratch), row_count);
 }
 
@@ -44,9 +55,9 @@ __device__ inline void online_write(const T* xc, T* yc, int n, long long chunks,
     const MD<C> s = merge_chunks<C>(row_part, chunks, scratch);
     const C scale = scale_of(s.d, C());
     if (shift_ok(s.m))  // d came from exp(x - m) itself: the shift's rounding goes into the scale
-        write_run<true, ONLINE_THREADS, T, V>(xc, yc, n, s.m, scale * exp_shifted(C(0), shift_rounding(s.m)));
+        write_run<true, ONLINE_THREADS, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc, yc, n, s.m, scale * exp_shifted(C(0), shift_rounding(s.m)));
     else
-        write_run<false, ONLINE_THREADS, T, V>(xc, yc, n, s.m, scale);
+        write_run<false, ONLINE_THREADS, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc, yc, n, s.m, scale);
 }
 
 template <typename T, int V>
