@@ -220,6 +220,15 @@ COLUMNS_GROUP_WAVES = 2.0
 # bfloat16 rows of 2**20 / 2**21 / 2**22 with chunks of 64 Ki elements (128 KiB): 0.55 / 0.54 /
 # 0.54, against 0.47 to 0.50 / 0.46 to 0.50 / 0.48 to 0.52 with 32 Ki (64 KiB) in the same
 # call; hence a length in bytes. Float64 (16 Ki elements) is not measured.
+# Fourteenth session (runs s14-2, s14-3, with the L2 priorities of kernels/softmax_online.cu, before
+# its merges changed in s14-6),
+# float32 rows of 2**21 / 2**22, one row of 2**24 / 2**27; bfloat16 rows of 2**21 / 2**22;
+# float16 the same, chunk : group waves: 128 KiB : 0.5 0.61 / 0.62 / 0.58 / 0.62; 0.59 / 0.62;
+# 0.60 / 0.63; 128 KiB : 0.75 0.63 / 0.62 / 0.58 / 0.62; 0.59 / 0.59; 0.60 / 0.59; 128 KiB : 0.35
+# 0.65 / 0.58; 0.60 / 0.61; 0.61 / 0.60; 128 KiB : 0.25 0.65 / 0.56; 0.53 / 0.52; 0.55 / 0.53;
+# 128 KiB : 1.0 0.62 / 0.59; 0.59 / 0.59; 0.60 / 0.59; 256 KiB : 0.5 0.60 / 0.60 / 0.56 / 0.62;
+# 0.56 / 0.56; 0.57 / 0.57; 256 KiB : 0.75 0.61 / 0.61 / 0.54 / 0.62; 0.58 / 0.57; 0.59 / 0.58;
+# 512 KiB : 0.5 0.58 / 0.57 / 0.51 / 0.62; 0.54 / 0.50; 0.55 / 0.52. So both stay.
 ONLINE_GROUP_WAVES = 0.5
 ONLINE_MIN_CHUNK_BYTES = 128 * 1024
 ONLINE_MAX_CHUNKS = 1024

@@ -393,6 +393,14 @@ __device__ inline void lanes_reduce_rows(R (&v)[RR], int width, R* scratch, Op o
     }
 }
 
+// The (m, d) of each aligned group of `width` lanes (a power of two up to 32), every lane getting
+// its group's: the largest m, then the sum of each lane's d rescaled to it, by shuffle trees (a
+// fixed order: the same bits wherever the same states meet).
+template <typename C> __device__ inline MD<C> group_merge(const MD<C>& s, int width) {
+    const C m = group_reduce(s.m, width, MaxOp());
+    return {m, group_reduce(sum_at(s.m, s.d, m), width, SumOp())};
+}
+
 // Block-wide merge of per-thread states: the block's max M, then the sum of every thread's d
 // rescaled to M (one exp per thread, none where the thread's m already is M). Four barriers,
 // fixed orders: every thread gets the same bits. `scratch` holds 32 acc_t.
@@ -530,6 +538,18 @@ __device__ inline void walk_run(const T* xr, int n, F&& f) {
     }
 }
 
+// A pack of the compute type stored at column c of a run of n elements at yr: `whole` (the pack
+// is inside the run) as one store under the L2 priority STORE (pol from l2_policy<STORE>()),
+// else element by element up to the run's end.
+template <typename T, int V, L2 STORE = L2::normal, typename C>
+__device__ inline void store_run_pack(T* yr, int c, int n, const C (&v)[V], bool whole,
+                                      unsigned long long pol = 0) {
+    if (whole)
+        store_pack_global<T, V, STORE>(yr + c, pack_out<T, V>(v), pol);
+    else
+        store_row_pack<T, V>(yr, c, n, v);
+}
+
 // exp(x - m) * scale for the run's packs, stored at yr (SHIFTED: by exp_shifted, m passes
 // shift_ok); loads and whole-pack stores under the L2 priorities LOAD and STORE.
 template <bool SHIFTED, int THREADS, typename T, int V, L2 LOAD = L2::normal, L2 STORE = L2::normal, typename C>
@@ -539,10 +559,7 @@ __device__ inline void write_run(const T* xr, T* yr, int n, C m, C scale) {
     walk_run<THREADS, T, V, LOAD>(xr, n, [&](int c, C(&v)[V], bool whole) {
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
-        if (whole)
-            store_pack_global<T, V, STORE>(yr + c, pack_out<T, V>(v), pol);
-        else
-            store_row_pack<T, V>(yr, c, n, v);
+        store_run_pack<T, V, STORE>(yr, c, n, v, whole, pol);
     });
 }
 
@@ -584,9 +601,8 @@ struct Schedule {
 
 // The workspace, carved from one buffer whose head (the second value of workspace_bytes() in
 // cusoftmax/_dispatch.py) the caller zeroes before the launch: the ticket counter, per line the
-// count of its chunks done (the columns kernel adds 1 once the line is merged), then `width`
-// (m, d) statistics per line (the columns kernel's merged lines) and `width` partials per
-// (line, chunk).
+// count of its chunks done (plus 1 once the line is merged), then `width` (m, d) statistics per
+// line (the merged lines) and `width` partials per (line, chunk).
 struct Workspace {
     unsigned long long* ticket;
     unsigned* count;
@@ -602,16 +618,18 @@ struct Workspace {
 };
 
 // Tickets: thread 0 fetches the block's next ticket while the block works on the current item
-// (prefetch_ticket, whose result is used only at the hand-over), then hands it to every thread.
+// (prefetch_ticket, whose result is used only at the hand-over), then hands it (with anything
+// else thread 0 has to tell) to every thread through one of two slots in turn (`turn` counts the hand-overs): one barrier, as a slot is
+// written again only after the next hand-over's barrier, which every thread reaches after it
+// read the slot.
 __device__ inline unsigned long long prefetch_ticket(unsigned long long* counter) {
     return threadIdx.x == 0 ? atomicAdd(counter, 1ull) : 0ull;
 }
-__device__ inline unsigned long long hand_over(unsigned long long next, unsigned long long* slot) {
-    if (threadIdx.x == 0) *slot = next;
+template <typename H> __device__ inline H hand_over(H next, H (&slots)[2], unsigned& turn) {
+    H& slot = slots[turn++ & 1];
+    if (threadIdx.x == 0) slot = next;
     __syncthreads();
-    const unsigned long long t = *slot;
-    __syncthreads();  // every thread has read the slot before it is written again
-    return t;
+    return slot;
 }
 
 __device__ inline unsigned load_acquire(const unsigned* p) {

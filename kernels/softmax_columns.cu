@@ -138,13 +138,14 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
                     long long chunks, long long per_group, int width) {
     using C = compute_t<T>;
     __shared__ MD<C> red[COLUMNS_MAX_THREADS];
-    __shared__ unsigned long long slot;
+    __shared__ unsigned long long slots[2];
+    unsigned turn = 0;
     __shared__ int flag;
     const long long strips = (inner + (long long)width * V - 1) / ((long long)width * V);
     const long long lines = outer * strips, cols = (long long)width * V;
     const Schedule plan{lines, chunks, per_group, (lines + per_group - 1) / per_group};
     const Workspace ws(work, lines, cols);
-    for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), &slot); t < plan.tickets();) {
+    for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), slots, turn); t < plan.tickets();) {
         const unsigned long long next = prefetch_ticket(ws.ticket);
         long long line, c;
         bool write;
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
                                       ws.part + 2 * line * chunks * cols, ws.stats + 2 * line * cols,
                                       ws.count + line, red, &flag);
         }
-        t = hand_over(next, &slot);
+        t = hand_over(next, slots, turn);
     }
 }
 
