@@ -174,45 +174,32 @@ template <L2 H> __device__ inline unsigned long long l2_policy() {
 #endif
     return p;
 }
-// A global load or store of one word under an L2 policy from l2_policy<H>() (H normal: plain).
-template <L2 H> __device__ inline uint4 ld_global(const uint4* p, unsigned long long pol) {
-#if __CUDA_ARCH__ >= 800
-    if constexpr (H != L2::normal) {
-        uint4 w;
-        asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "l"(p), "l"(pol));
-        return w;
-    }
-#endif
-    return *p;
+// A global load of one word under an L2 policy from l2_policy<H>() (sm_80 and newer), and
+// ld_global, which takes it for H other than normal and a plain load otherwise.
+__device__ inline uint4 ld_hinted(const uint4* p, unsigned long long pol) {
+    uint4 w;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "l"(p), "l"(pol));
+    return w;
 }
-template <L2 H> __device__ inline uint2 ld_global(const uint2* p, unsigned long long pol) {
-#if __CUDA_ARCH__ >= 800
-    if constexpr (H != L2::normal) {
-        uint2 w;
-        asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(w.x), "=r"(w.y) : "l"(p), "l"(pol));
-        return w;
-    }
-#endif
-    return *p;
+__device__ inline uint2 ld_hinted(const uint2* p, unsigned long long pol) {
+    uint2 w;
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(w.x), "=r"(w.y) : "l"(p), "l"(pol));
+    return w;
 }
-template <L2 H> __device__ inline unsigned ld_global(const unsigned* p, unsigned long long pol) {
-#if __CUDA_ARCH__ >= 800
-    if constexpr (H != L2::normal) {
-        unsigned w;
-        asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(w) : "l"(p), "l"(pol));
-        return w;
-    }
-#endif
-    return *p;
+__device__ inline unsigned ld_hinted(const unsigned* p, unsigned long long pol) {
+    unsigned w;
+    asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(w) : "l"(p), "l"(pol));
+    return w;
 }
-template <L2 H> __device__ inline unsigned short ld_global(const unsigned short* p, unsigned long long pol) {
+__device__ inline unsigned short ld_hinted(const unsigned short* p, unsigned long long pol) {
+    unsigned short w;
+    asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(w) : "l"(p), "l"(pol));
+    return w;
+}
+template <L2 H, typename W> __device__ inline W ld_global(const W* p, unsigned long long pol) {
 #if __CUDA_ARCH__ >= 800
-    if constexpr (H != L2::normal) {
-        unsigned short w;
-        asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(w) : "l"(p), "l"(pol));
-        return w;
-    }
+    if constexpr (H != L2::normal) return ld_hinted(p, pol);
 #endif
     return *p;
 }
