@@ -160,9 +160,11 @@ __device__ inline void st_global(void* p, unsigned short w) {
     asm volatile("st.global.b16 [%0], %1;" ::"l"(p), "h"(w) : "memory");
 }
 // ---- L2 eviction priorities of a two-pass kernel's accesses (sm_80 and newer; earlier GPUs
-// take them as plain accesses). A chunk read twice keeps its lines in L2 over lines that are not
-// read again: its first read marks them evict-last, its second (their last use) evict-first,
-// which also hands them back to the other data, and its output goes out evict-first.
+// take them as plain accesses). A chunk's first read marks its lines evict-last, so that they
+// outlast lines read or written once; its second read (their last use) asks evict-first for
+// them, so that they are not the last to go after the kernel; its output goes out evict-first. (Where the online
+// kernel has far more chunks in flight than L2 holds, few second reads hit all the same:
+// BENCHMARKS.md, run s14-2.)
 enum class L2 { normal, last, first };
 template <L2 H> __device__ inline unsigned long long l2_policy() {
     unsigned long long p = 0;
@@ -606,9 +608,9 @@ struct Workspace {
 
 // Tickets: thread 0 fetches the block's next ticket while the block works on the current item
 // (prefetch_ticket, whose result is used only at the hand-over), then hands it (with anything
-// else thread 0 has to tell) to every thread through one of two slots in turn (`turn` counts the hand-overs): one barrier, as a slot is
-// written again only after the next hand-over's barrier, which every thread reaches after it
-// read the slot.
+// else thread 0 has to tell) to every thread through one of two slots in turn (`turn` counts the
+// hand-overs): one barrier, as a slot is written again only after the next hand-over's barrier,
+// which every thread reaches after it read the slot.
 __device__ inline unsigned long long prefetch_ticket(unsigned long long* counter) {
     return threadIdx.x == 0 ? atomicAdd(counter, 1ull) : 0ull;
 }

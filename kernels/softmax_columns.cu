@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
     using C = compute_t<T>;
     __shared__ MD<C> red[COLUMNS_MAX_THREADS];
     __shared__ unsigned long long slots[2];
-    unsigned turn = 0;
     __shared__ int flag;
+    unsigned turn = 0;
     const long long strips = (inner + (long long)width * V - 1) / ((long long)width * V);
     const long long lines = outer * strips, cols = (long long)width * V;
     const Schedule plan{lines, chunks, per_group, (lines + per_group - 1) / per_group};
