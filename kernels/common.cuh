@@ -673,7 +673,8 @@ template <typename C> __device__ inline MD<C> merge_chunks(const double* part, l
     for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(part + 2 * k));
     return block_merge(s, scratch);
 }
-// Thread 0 publishes this block's (m, d) of a chunk and counts it, without waiting for the count.
+// Thread 0 publishes this block's (m, d) of a chunk (or a line's merged pair) and counts it,
+// without waiting for the count.
 template <typename C> __device__ inline void publish_chunk(double* p, const MD<C>& s, unsigned* count) {
     if (threadIdx.x == 0) {
         put_md(p, s);

@@ -73,6 +73,7 @@ __device__ inline bool online_read(const T* xc, int n, long long chunks, double*
     walk_run<ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc, n, [&](int, C(&v)[V], bool) { s.push_pack(v); });
     s = online_block_md(s, pairs);
     if (threadIdx.x != 0) return false;
+    // publish_chunk's steps, keeping the count's old value (publish_chunk drops it)
     put_md(chunk_part, s);
     __threadfence();  // the pair before the count
     return atomicAdd(row_count, 1u) == unsigned(chunks - 1);
@@ -88,11 +89,7 @@ __device__ inline void online_merge(const double* row_part, long long chunks, do
     MD<C> s = MD<C>::identity();
     for (long long k = threadIdx.x; k < chunks; k += ONLINE_THREADS) s.merge(get_md<C>(row_part + 2 * k));
     s = online_block_md(s, pairs);
-    if (threadIdx.x == 0) {
-        put_md(row_stats, s);
-        __threadfence();
-        atomicAdd(row_count, 1u);
-    }
+    publish_chunk(row_stats, s, row_count);
 }
 
 // A write item: once the row is merged, thread 0 hands its max and scale over (one barrier);
