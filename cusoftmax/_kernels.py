@@ -71,7 +71,9 @@ def _bound(launch, dtype_name, device_id):
     from ._dispatch import PORTABLE_CLUSTER
 
     fn = function(launch.kernel, dtype_name, launch.template, device_id)
-    if launch.smem > 48 * 1024:
+    # The limit is the function's, shared by every plan bound to it, so it is only ever raised;
+    # its default (48 KiB less the function's static shared memory) is below 48 KiB.
+    if launch.smem and fn.max_dynamic_shared_size_bytes < launch.smem:
         fn.max_dynamic_shared_size_bytes = launch.smem
     if launch.kernel in CLUSTER_KERNELS and launch.template[1] > PORTABLE_CLUSTER:
         from cupy_backends.cuda.api import driver

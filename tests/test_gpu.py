@@ -293,6 +293,15 @@ def test_two_pass_groups_give_the_same_bits(kind):
     assert all(cupy.array_equal(results[0], r) for r in results[1:])
 
 
+def test_plans_sharing_a_kernel_keep_their_shared_memory():
+    """A kernel's shared-memory limit is shared by every plan bound to it: binding a plan that
+    needs less (still past the 48 KiB default) leaves a longer row's plan runnable."""
+    top = block_top(np.float32) // 4 * 4
+    for cols in (top, 13000, top):  # 13,000 float32: 52 KB of row
+        x = cupy.asarray(make_values(np.random.default_rng(cols), (3, cols), np.dtype(np.float32)))
+        assert_softmax(poisoned_softmax(x, method="block"), x, -1)
+
+
 def test_runs_on_the_current_stream():
     """Captured into a graph on a non-default stream: nothing runs until the graph is launched,
     so every kernel of the call was issued on that stream."""
