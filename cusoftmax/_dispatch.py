@@ -39,7 +39,7 @@ limit. Beside every number: the measurement that chose it (BENCHMARKS.md has the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
@@ -250,6 +250,21 @@ ONLINE_THREADS = 512
 # rounds, the same rows, then one row of 2**24 / 2**27): 0.60 to 0.61 / 0.61 to 0.62 / 0.61 /
 # 0.56 / 0.60 against 0.63 / 0.61 / 0.62 to 0.63 / 0.61 to 0.62 / 0.62, so it keeps 2.
 ONLINE_BLOCKS_PER_SM = {2: 3, 4: 2, 8: 2}
+# A read item whose block holds no chunk keeps the chunk's first elements in the block's shared
+# memory (at most ONLINE_HOLD_BYTES and what ONLINE_BLOCKS_PER_SM blocks an SM leave it, in whole
+# steps of the kernel's walk) and the block writes them from there: they are read once. Element
+# sizes in ONLINE_HOLDS only. Evidence: H200, 2026-11-30, runs s15-1 and s15-2, fraction of copy,
+# float32 rows of 2**21 / 2**22, one row of 2**24 / 2**27: without (main before) 0.62, 0.62, 0.63
+# / 0.63, 0.64, 0.63 / 0.58 each / 0.62 each; held up to 32 KiB 0.63 / 0.65 / 0.62 / 0.62; 64 KiB
+# 0.65, 0.66, 0.66 / 0.65, 0.66, 0.65 / 0.60, 0.60, 0.58 / 0.62 each; 80 KiB 0.65 each / 0.67,
+# 0.65 / 0.63, 0.60 / 0.62 each; 96 KiB 0.66, 0.67 / 0.66, 0.67 / 0.61 each / 0.62 each; all that
+# two blocks an SM leave (112 KiB) 0.61, 0.62 / 0.64 each / 0.59, 0.58 / 0.61 each. Half types
+# (s15-1, 72 KiB, three blocks an SM) lost: bfloat16 rows of 2**21 / 2**22 0.51 each / 0.55 each
+# against 0.59 each / 0.63 each (float16 alike), and 0.56 / 0.60 with the hold compiled in but
+# nothing held; so they are compiled without it (the same SASS as before).
+ONLINE_HOLD_BYTES = 96 * 1024
+ONLINE_HOLDS = (4,)  # ONLINE_HOLDS<T> in kernels/softmax_online.cu
+ONLINE_STATIC_BYTES = 1024  # softmax_online's static shared memory, at most
 
 # Strided reduced axis: the columns kernel needs enough contiguous inner elements to coalesce;
 # below this a transposing copy plus a row kernel is cheaper. Evidence: none yet (32 float32 keep
@@ -371,7 +386,7 @@ class Plan:
     width: int = 0  # registers, tiles: lanes per row; columns, slab: packs per strip
     per_group: int = 0  # online, columns: lines per group
     lines: int = 0  # grid, online, columns: rows or strips (the workspace's size); slab: strips
-    held: int = 0  # cluster with a spill: packs of its slice a block holds on chip
+    held: int = 0  # cluster with a spill: packs of its slice a block holds; online: elements
     ahead: int = 0  # grid: chunks a block has in flight
     lag: int = 0  # grid: steps between a chunk's (m, d) and its write
 
@@ -547,13 +562,13 @@ def _spilled_cluster(rows, cols, itemsize, vec, limits):
 
 
 def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves, limits,
-              width=0) -> Plan:
+              width=0, smem=0) -> Plan:
     """One launch of a two-pass kernel over `lines` lines of `chunks` chunks, `per_sm` blocks
     of `threads` resident per SM, groups of lines of at least `waves` waves of items."""
     resident = limits.sm_count * per_sm
     per_group = min(lines, math.ceil(waves * resident / chunks))
     grid = min(MAX_GRID, resident, 2 * lines * chunks)
-    launch = Launch(kernel, (vec,), grid, threads)
+    launch = Launch(kernel, (vec,), grid, threads, smem)
     return Plan(method, vec, launch, chunk=chunk, chunks=chunks, width=width,
                 per_group=per_group, lines=lines)
 
@@ -561,10 +576,12 @@ def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves,
 def workspace_bytes(plan: Plan) -> tuple[int, int]:
     """(bytes of a two-pass kernel's workspace, bytes at its start to zero before the launch):
     the ticket counter and per-line counts, then (m, d) statistics per line and partials per
-    chunk (the layout of `Workspace` in kernels/common.cuh)."""
+    chunk (the layout of `Workspace` in kernels/common.cuh); online: then the elements held of
+    each chunk (kernels/softmax_online.cu)."""
     values = plan.width * plan.vec if plan.method == "columns" else 1
     head = 8 + (4 * plan.lines + 7) // 8 * 8
-    return head + 16 * plan.lines * values * (1 + plan.chunks), head
+    kept = 4 * plan.lines * plan.chunks if plan.method == "online" else 0  # held, per chunk
+    return head + 16 * plan.lines * values * (1 + plan.chunks) + kept, head
 
 
 def grid_shape(itemsize, vec, limits) -> tuple[int, int, int]:
@@ -595,8 +612,14 @@ def _online(rows, cols, itemsize, vec, limits) -> Plan:
     chunk = max(ONLINE_MIN_CHUNK_BYTES // itemsize, math.ceil(cols / ONLINE_MAX_CHUNKS))
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(cols / chunk)
-    return _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS,
-                     ONLINE_BLOCKS_PER_SM[itemsize], ONLINE_GROUP_WAVES, limits)
+    per_sm = ONLINE_BLOCKS_PER_SM[itemsize]
+    step = ONLINE_THREADS * vec  # held elements: whole steps of the walk
+    room = min(ONLINE_HOLD_BYTES, limits.smem_per_sm // per_sm - BLOCK_RESERVED - ONLINE_STATIC_BYTES,
+               limits.smem_per_block)
+    held = min(chunk, room // itemsize) // step * step if itemsize in ONLINE_HOLDS else 0
+    plan = _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS, per_sm,
+                     ONLINE_GROUP_WAVES, limits, smem=held * itemsize)
+    return replace(plan, held=held)
 
 
 def _columns(outer, n, inner, vec, limits) -> Plan:

@@ -185,7 +185,7 @@ def bind(plan, layout, dtype_name: str, device_id: int):
         launch = _resident_grid(launch, fn, plan, device_id)
         tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.ahead, plan.lag)
     elif plan.method == "online":
-        tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group)
+        tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group, plan.held)
     else:
         tail = (outer, n, inner, xso, xsn, yso, ysn, plan.chunk, plan.chunks, plan.per_group,
                 plan.width)

@@ -9,6 +9,10 @@
 //               and counts the row once more.
 //   write item  waits for that, reads its chunk again (from L2 when the row's group still is
 //               there) and writes exp(x - m) / d.
+//   holding     a read item whose block holds no chunk keeps the chunk's first `held` elements
+//               (a multiple of the walk's step) in the block's shared memory as well; the block
+//               writes them itself, from there, at its next write item of that group or a later
+//               one (or at its end), and the chunk's write item reads and writes only the rest.
 //
 // An item has two barriers: the ticket's hand-over and one inside the item (a merge one more).
 // Evidence: H200, 2026-11-30, run s14-6 (two rounds, fraction of copy; float32 rows of 2**21 /
@@ -20,11 +24,11 @@
 // each (16 and 32 pairs a lane, one after another). Each thread waiting for the row's merge on
 // its own after its first loads, no barrier in a write item (s14-7): half types 0.51 to 0.53.
 //
-// DRAM traffic: 1 read + 1 write per element when a group's chunks stay in L2 between the two
-// passes (rows of a few MB at most), 2 reads + 1 write otherwise. The chunk length depends on
-// the row length and the vector width only, never on the number of rows or the grouping, so for
-// the same vector width a row's bits do not depend on the batch it came in. Padding past the
-// row end loads as -inf and is never stored.
+// DRAM traffic: 1 read + 1 write per element where a group's chunks stay in L2 between the two
+// passes (rows of a few MB at most) or are held, 2 reads + 1 write otherwise. The chunk length
+// depends on the row length and the vector width only, never on the number of rows, the grouping
+// or what is held, so for the same vector width a row's bits do not depend on the batch it came
+// in. Padding past the row end loads as -inf and is never stored.
 #include "common.cuh"
 
 namespace csm {
@@ -45,6 +49,10 @@ constexpr int ONLINE_THREADS = 512;
 // at 128 KiB chunks and groups of half a wave the second read is seldom in L2 either way.
 constexpr L2 ONLINE_FIRST_READ = L2::last, ONLINE_SECOND_READ = L2::first, ONLINE_STORE = L2::first;
 template <typename T> constexpr int ONLINE_BLOCKS = sizeof(T) == 2 ? 3 : 2;
+// Which element types hold chunks (ONLINE_HOLDS and ONLINE_HOLD_BYTES in cusoftmax/_dispatch.py,
+// with the measurements): float32. Half types lost with the hold compiled in, held or not (run
+// s15-1); without it their SASS is the same as before the hold.
+template <typename T> constexpr bool ONLINE_HOLDS = sizeof(T) == 4;
 
 constexpr int ONLINE_WARPS = ONLINE_THREADS / 32;
 static_assert(ONLINE_WARPS <= 32, "a lane of warp 0 per warp");
@@ -65,15 +73,28 @@ template <typename C> __device__ inline MD<C> online_block_md(MD<C> s, double* p
 }
 
 // A read item: the chunk's (m, d) into the workspace, counted by thread 0, which returns true
-// when that made the row's chunks all counted (its block then merges the row).
+// when that made the row's chunks all counted (its block then merges the row). The first `keep`
+// elements (a multiple of the walk's step, so each thread walks the same packs in the same
+// order as with none kept) also go to `held` in shared memory, each pack by the thread that
+// writes it out later; they are loaded evict-first, as they are not read again. `kept`: keep,
+// for the chunk's write item.
 template <typename T, int V, typename C>
-__device__ inline bool online_read(const T* xc, int n, long long chunks, double* chunk_part,
-                                   unsigned* row_count, double* pairs) {
+__device__ inline bool online_read(const T* xc, int n, int keep, T* held, long long chunks,
+                                   double* chunk_part, unsigned* kept, unsigned* row_count,
+                                   double* pairs) {
     MD<C> s = MD<C>::identity();
-    walk_run<ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc, n, [&](int, C(&v)[V], bool) { s.push_pack(v); });
+    if constexpr (ONLINE_HOLDS<T>)
+        walk_run<ONLINE_THREADS, T, V, L2::first>(xc, keep, [&](int c, C(&v)[V], bool) {
+            s.push_pack(v);  // the last batch's packs past keep are -inf: nothing added
+            if (c < keep) store_pack<T, V>(held + c, pack_out<T, V>(v));  // the loaded bits again
+        });
+    else
+        keep = 0;
+    walk_run<ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.push_pack(v); });
     s = online_block_md(s, pairs);
     if (threadIdx.x != 0) return false;
     // publish_chunk's steps, keeping the count's old value (publish_chunk drops it)
+    if constexpr (ONLINE_HOLDS<T>) *kept = unsigned(keep);
     put_md(chunk_part, s);
     __threadfence();  // the pair before the count
     return atomicAdd(row_count, 1u) == unsigned(chunks - 1);
@@ -92,23 +113,66 @@ __device__ inline void online_merge(const double* row_part, long long chunks, do
     publish_chunk(row_stats, s, row_count);
 }
 
-// A write item: once the row is merged, thread 0 hands its max and scale over (one barrier);
-// then exp(x - m) / d for the chunk.
-template <typename T, int V, typename C>
-__device__ inline void online_write(const T* xc, T* yc, int n, long long chunks,
-                                    const double* row_stats, const unsigned* row_count, C* stat) {
+// What a write needs of its row: max, scale, and the elements of the chunk its reader held.
+template <typename C> struct Norm {
+    C m, scale;
+    int skip;
+};
+
+// Thread 0 waits for the row's merge and hands its Norm over through `slot` (one barrier);
+// `kept`: the chunk's held elements (none where null).
+template <typename C>
+__device__ inline Norm<C> row_norm(long long chunks, const double* row_stats, const unsigned* row_count,
+                                   const unsigned* kept, Norm<C>* slot) {
     if (threadIdx.x == 0) {
         while (load_acquire(row_count) < unsigned(chunks + 1)) __nanosleep(100);
         const MD<C> s = get_md<C>(row_stats);
-        stat[0] = s.m;
-        stat[1] = scale_of(s.d, C());
+        *slot = Norm<C>{s.m, scale_of(s.d, C()), kept ? int(*kept) : 0};
     }
     __syncthreads();
-    const C m = stat[0], scale = stat[1];
-    if (shift_ok(m))  // d came from exp(x - m) itself: the shift's rounding goes into the scale
-        write_run<true, ONLINE_THREADS, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc, yc, n, m, scale * exp_shifted(C(0), shift_rounding(m)));
+    return *slot;
+}
+
+// The scale for exp_shifted's terms: d came from exp(x - m) itself, so the shift's rounding goes
+// into the scale (m passes shift_ok).
+template <typename C> __device__ inline C shifted_scale(const Norm<C>& r) {
+    return r.scale * exp_shifted(C(0), shift_rounding(r.m));
+}
+
+// A write item, once its row is merged: exp(x - m) / d for the chunk's elements past those its
+// reader held (`kept`, as row_norm takes it).
+template <typename T, int V, typename C>
+__device__ inline void online_write(const T* xc, T* yc, int n, long long chunks, const double* row_stats,
+                                    const unsigned* row_count, const unsigned* kept, Norm<C>* slot) {
+    constexpr int TH = ONLINE_THREADS;
+    const Norm<C> r = row_norm<C>(chunks, row_stats, row_count, kept, slot);
+    const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
+    if (shift_ok(r.m))
+        write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, shifted_scale(r));
     else
-        write_run<false, ONLINE_THREADS, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc, yc, n, m, scale);
+        write_run<false, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale);
+}
+
+// The held elements written out: each thread its own packs (those it put there), as write_run
+// computes and stores them, so the same bits.
+template <bool SHIFTED, typename T, int V, typename C>
+__device__ inline void write_held_run(const T* held, T* yc, int keep, C m, C scale) {
+    const C s = shift_of(m);
+    const unsigned long long pol = l2_policy<ONLINE_STORE>();
+    for (int c = int(threadIdx.x) * V; c < keep; c += ONLINE_THREADS * V) {
+        C v[V];
+        unpack(load_pack<T, V>(held + c), v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
+        store_run_pack<T, V, ONLINE_STORE>(yc, c, keep, v, true, pol);
+    }
+}
+template <typename T, int V, typename C>
+__device__ inline void online_write_held(const T* held, T* yc, int keep, const Norm<C>& r) {
+    if (shift_ok(r.m))
+        write_held_run<true, T, V>(held, yc, keep, r.m, shifted_scale(r));
+    else
+        write_held_run<false, T, V>(held, yc, keep, r.m, r.scale);
 }
 
 // What thread 0 hands over: the next ticket, and the row whose chunks its last read item
@@ -119,21 +183,54 @@ struct Handed {
     long long merge_row;
 };
 
+// The chunk a block holds (row -1: none): its row, its first element's offset in the row, and
+// the elements held.
+struct Held {
+    long long row = -1, begin = 0;
+    int keep = 0;
+};
+
+__device__ inline unsigned dynamic_smem_bytes() {
+    unsigned v;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+    return v;
+}
+
 // Shared memory is reused from item to item without a barrier of its own: an item writes it only
 // after the hand-over's barrier, which every thread reaches after its reads of the item before
-// (the merge uses `line_pairs`, as the item after it writes `pairs` with no barrier between).
+// (the merge uses `line_pairs`, as the item after it writes `pairs` with no barrier between; the
+// held chunk's write uses norms[0], the write item norms[1]); each thread reads from the held
+// elements only the packs it put there.
+//
+// `held` elements of a chunk (a multiple of ONLINE_THREADS * V, at most the dynamic shared
+// memory) are held where the block holds none. The workspace (Workspace, width 1) has after the
+// partials, per chunk, the elements its reader held.
 template <typename T, int V>
 __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_online(const T* x, T* y, void* work, long long rows, long long cols,
                                long long ldx, long long ldy, long long chunk, long long chunks,
-                               long long per_group) {
+                               long long per_group, long long held) {
     using C = compute_t<T>;
+    extern __shared__ __align__(16) unsigned char dynamic_smem[];
+    T* const held_elems = reinterpret_cast<T*>(dynamic_smem);
     __shared__ double pairs[2 * ONLINE_WARPS], line_pairs[2 * ONLINE_WARPS];
-    __shared__ C stat[2];
+    __shared__ Norm<C> norms[2];
     __shared__ Handed slots[2];
     unsigned turn = 0;
     const Schedule plan{rows, chunks, per_group, (rows + per_group - 1) / per_group};
     const Workspace ws(work, rows, 1);
-    if (blockDim.x != ONLINE_THREADS) __trap();  // walk_run steps by ONLINE_THREADS packs
+    unsigned* const kept = reinterpret_cast<unsigned*>(ws.part + 2 * rows * chunks);
+    // walk_run steps by ONLINE_THREADS packs; held packs are whole steps of it and fit
+    if (blockDim.x != ONLINE_THREADS ||
+        (ONLINE_HOLDS<T> && (held % (ONLINE_THREADS * V) || held * (long long)sizeof(T) > dynamic_smem_bytes())))
+        __trap();
+    Held hold;
+    // The held chunk's write: its row is merged or will be (every read item of its group was
+    // handed out, and read items never wait).
+    auto write_held = [&]() {
+        const Norm<C> r = row_norm<C>(chunks, ws.stats + 2 * hold.row, ws.count + hold.row, nullptr, &norms[0]);
+        online_write_held<T, V, C>(held_elems, y + hold.row * ldy + hold.begin, hold.keep, r);
+        hold.row = -1;
+    };
     for (Handed h = hand_over(Handed{prefetch_ticket(ws.ticket), -1}, slots, turn);;) {
         if (h.merge_row >= 0) {
             const long long r = h.merge_row;
@@ -146,15 +243,27 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
         if (plan.item(h.ticket, row, c, write)) {
             const long long begin = c * chunk;
             const int n = int(min(cols - begin, chunk));
-            if (write)
+            if (write) {
+                // a write item of group g is handed out after every read item of groups <= g + 1
+                if (hold.row >= 0 && hold.row / per_group <= row / per_group) write_held();
                 online_write<T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, chunks,
-                                      ws.stats + 2 * row, ws.count + row, stat);
-            else if (online_read<T, V, C>(x + row * ldx + begin, n, chunks,
-                                          ws.part + 2 * (row * chunks + c), ws.count + row, pairs))
-                merge_row = row;
+                                      ws.stats + 2 * row, ws.count + row,
+                                      ONLINE_HOLDS<T> ? kept + row * chunks + c : nullptr, &norms[1]);
+            } else {
+                int keep = 0;
+                if (ONLINE_HOLDS<T> && hold.row < 0) {
+                    keep = int(min((long long)n, held) / (ONLINE_THREADS * V) * (ONLINE_THREADS * V));
+                    if (keep > 0) hold = Held{row, begin, keep};
+                }
+                if (online_read<T, V, C>(x + row * ldx + begin, n, keep, held_elems, chunks,
+                                         ws.part + 2 * (row * chunks + c), kept + row * chunks + c,
+                                         ws.count + row, pairs))
+                    merge_row = row;
+            }
         }
         h = hand_over(Handed{next, merge_row}, slots, turn);
     }
+    if (hold.row >= 0) write_held();  // every read item was handed out
 }
 
 }  // namespace csm

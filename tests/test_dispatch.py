@@ -156,7 +156,20 @@ def test_two_pass_groups_and_launch_size_from_the_device():
     short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
     assert (short.per_group, short.chunks, short.launch.grid) == (3, 1, 6)
     nbytes, zeroed = d.workspace_bytes(p)
-    assert zeroed == 8 + 4 * 1000 and nbytes == zeroed + 16 * 1000 * (1 + p.chunks)
+    assert zeroed == 8 + 4 * 1000 and nbytes == zeroed + 16 * 1000 * (1 + p.chunks) + 4 * 1000 * p.chunks
+
+
+def test_online_blocks_hold_what_their_shared_memory_leaves():
+    """Held elements: whole steps of the kernel's walk, at most a chunk, in the launch's shared
+    memory, with ONLINE_BLOCKS_PER_SM blocks an SM still resident."""
+    for itemsize, cols in ((4, 2**24), (2, 2**21), (4, 10**6 + 1), (8, 2**22), (2, 3000)):
+        vec = 16 // itemsize if cols % (16 // itemsize) == 0 else 1
+        p = rows_plan(cols, itemsize, vec, rows=2, method="online")
+        per_sm = d.ONLINE_BLOCKS_PER_SM[itemsize]
+        assert p.held % (d.ONLINE_THREADS * p.vec) == 0 and 0 <= p.held <= p.chunk
+        assert p.launch.smem == p.held * itemsize
+        assert per_sm * (p.launch.smem + d.ONLINE_STATIC_BYTES + d.BLOCK_RESERVED) <= H200.smem_per_sm
+        assert (p.held > 0) == (itemsize in d.ONLINE_HOLDS)
 
 
 @pytest.mark.parametrize("limits", [H200, A100])

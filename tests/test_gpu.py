@@ -1,6 +1,7 @@
 """GPU kernels: every path against SciPy, forced paths against each other, and the hard cases
 that have broken softmax kernels elsewhere. Skipped where there is no CUDA device."""
 
+import itertools
 import math
 
 import numpy as np
@@ -270,7 +271,8 @@ def test_grid_slots_give_the_same_bits():
 @pytest.mark.parametrize("kind", ["online", "columns"])
 def test_two_pass_groups_give_the_same_bits(kind):
     """The two-pass schedule with one line per group, groups that leave the last one padded,
-    and one group: every element written, the same bits each time."""
+    and one group (online: also with nothing held, a step held and the most held): every
+    element written, the same bits each time."""
     import dataclasses
 
     from cusoftmax import _kernels
@@ -281,9 +283,13 @@ def test_two_pass_groups_give_the_same_bits(kind):
     strides = tuple(s // 4 for s in x.strides)
     layout = collapse(shape, strides, strides, axes)
     first = _dispatch.plan(layout, 4, (0, 0), limits(), method=kind)
+    step = _dispatch.ONLINE_THREADS * first.vec
+    holds = (first.held, 0, step) if kind == "online" else (0,)
+    assert kind != "online" or first.held > step  # the last chunk (4,465 elements) holds less
     results, groups = [], set()
-    for per_group in (1, 4, first.lines):
-        p = dataclasses.replace(first, per_group=per_group)
+    for per_group, held in itertools.product((1, 4, first.lines), holds):
+        launch = dataclasses.replace(first.launch, smem=4 * held)
+        p = dataclasses.replace(first, per_group=per_group, held=held, launch=launch)
         groups.add(p.per_group)
         y = cupy.full(shape, np.nan, dtype=x.dtype)
         _kernels.bind(p, layout, "float32", x.device.id)(x, y)
