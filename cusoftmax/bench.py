@@ -176,7 +176,7 @@ def _cases(args):
             if w <= args.total:
                 yield dt, (args.total // w, w), -1
     if not args.no_axis0:
-        for dt in [d for d in dtypes if d in ("float32", "bfloat16")]:
+        for dt in dtypes:
             for shape in AXIS0_SHAPES:
                 yield dt, shape, 0
     if not args.no_long and "float32" in dtypes:
