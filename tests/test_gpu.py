@@ -212,6 +212,21 @@ def test_cluster_rows_that_spill(dtype, extra):
     assert_same_bits(inplace, y)
 
 
+@pytest.mark.parametrize("cols", [2**20, 2**20 + 5])  # packs of 4, of 1
+def test_online_rows_in_place(cols):
+    """Online float32 rows in place, where blocks write part of each chunk from shared memory
+    and re-read the rest: the same bits as into a new array."""
+    x = cupy.asarray(make_values(np.random.default_rng(12), (3, cols), np.dtype(np.float32)))
+    p = _dispatch.plan(Layout(3, cols, 1, (cols, 1), (cols, 1)), 4, (x.data.ptr, x.data.ptr),
+                       limits(), "online")
+    assert p.held > 0 and p.chunks > 1
+    y = poisoned_softmax(x, method="online")
+    assert_softmax(y, x, -1)
+    inplace = x.copy()
+    assert cusoftmax.softmax(inplace, out=inplace, method="online") is inplace
+    assert_same_bits(inplace, y)
+
+
 @pytest.mark.parametrize("method", ROW_METHODS)
 def test_deterministic_and_batch_independent(method):
     cols = 3000
