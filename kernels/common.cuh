@@ -539,6 +539,12 @@ __device__ inline void store_run_pack(T* yr, int c, int n, const C (&v)[V], bool
         store_row_pack<T, V>(yr, c, n, v);
 }
 
+// A pack's values x in place: exp(x - m) * scale (SHIFTED: by exp_shifted against s = shift_of(m)).
+template <bool SHIFTED, int V, typename C> __device__ inline void normalize(C (&v)[V], C m, C s, C scale) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
+}
+
 // exp(x - m) * scale for the run's packs, stored at yr (SHIFTED: by exp_shifted, m passes
 // shift_ok); loads and whole-pack stores under the L2 priorities LOAD and STORE.
 template <bool SHIFTED, int THREADS, typename T, int V, L2 LOAD = L2::normal, L2 STORE = L2::normal, typename C>
@@ -546,8 +552,7 @@ __device__ inline void write_run(const T* xr, T* yr, int n, C m, C scale) {
     const C s = shift_of(m);
     const unsigned long long pol = l2_policy<STORE>();
     walk_run<THREADS, T, V, LOAD>(xr, n, [&](int c, C(&v)[V], bool whole) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
+        normalize<SHIFTED>(v, m, s, scale);
         store_run_pack<T, V, STORE>(yr, c, n, v, whole, pol);
     });
 }
@@ -782,11 +787,10 @@ __device__ inline MD<C> cluster_merge(C m, acc_t d, const Mail<CL>& mail, int k,
         mail.wait(k);
         const C mb = b < CL ? C(round[2 * b]) : neg_inf<C>();
         const acc_t db = b < CL ? round[2 * b + 1] : 0.0;
-        const C top = group_reduce(mb, 32, MaxOp());
-        const acc_t sum = group_reduce(sum_at(mb, db, top), 32, SumOp());
+        const MD<C> s = group_merge(MD<C>{mb, db}, 32);
         if (b == 0) {
-            out[0] = double(top);
-            out[1] = sum;
+            out[0] = double(s.m);
+            out[1] = s.d;
         }
     }
     __syncthreads();

@@ -192,8 +192,7 @@ template <typename T, int V> struct Staged {
         for (int k = first; k < count; k += stride) {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
-#pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, shift) * scale;
+            normalize<SHIFTED>(v, m, shift, scale);
             store_row_pack<T, V>(y, (long long)k * V, left, v);
         }
     }

@@ -162,8 +162,7 @@ __device__ inline void write_held_run(const T* held, T* yc, int keep, C m, C sca
     for (int c = int(threadIdx.x) * V; c < keep; c += ONLINE_THREADS * V) {
         C v[V];
         unpack(load_pack<T, V>(held + c), v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
+        normalize<SHIFTED>(v, m, s, scale);
         store_run_pack<T, V, ONLINE_STORE>(yc, c, keep, v, true, pol);
     }
 }
