@@ -538,9 +538,15 @@ def _cluster_size(slice_bytes, limits, scratch=lambda size: BLOCK_SCRATCH, small
     return None
 
 
+def _block_share(limits, per_sm) -> int:
+    """Shared memory each of `per_sm` blocks resident on an SM can have (the driver keeps
+    BLOCK_RESERVED of each block's)."""
+    return limits.smem_per_sm // per_sm - BLOCK_RESERVED
+
+
 def _shared_slice_bytes(limits) -> int:
     """The largest slice of a row's cluster block with CLUSTER_BLOCKS_PER_SM blocks an SM."""
-    return limits.smem_per_sm // CLUSTER_BLOCKS_PER_SM - BLOCK_RESERVED - BLOCK_SCRATCH
+    return _block_share(limits, CLUSTER_BLOCKS_PER_SM) - BLOCK_SCRATCH
 
 
 def _cluster(rows, cols, itemsize, vec, size) -> Plan:
@@ -622,7 +628,7 @@ def _online(rows, cols, itemsize, vec, limits) -> Plan:
     chunks = math.ceil(cols / chunk)
     per_sm = ONLINE_BLOCKS_PER_SM[itemsize]
     step = ONLINE_THREADS * vec  # held elements: whole steps of the walk
-    room = min(ONLINE_HOLD_BYTES, limits.smem_per_sm // per_sm - BLOCK_RESERVED - ONLINE_STATIC_BYTES,
+    room = min(ONLINE_HOLD_BYTES, _block_share(limits, per_sm) - ONLINE_STATIC_BYTES,
                limits.smem_per_block)
     held = min(chunk, room // itemsize) // step * step if itemsize in ONLINE_HOLDS else 0
     plan = _two_pass("softmax_online", "online", vec, rows, chunk, chunks, ONLINE_THREADS, per_sm,
