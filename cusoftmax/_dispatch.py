@@ -113,7 +113,14 @@ TILES_WARP_BYTES = 4096
 TILES_ROWS = (1, 2, 4, 8)
 
 # Shared-memory rows: threads per block by the bytes a block holds, first row that fits wins.
-# Evidence: none yet, a first version (about 8 to 16 packs of 16 bytes per thread).
+# Evidence: a first version (about 8 to 16 packs of 16 bytes per thread), then H200, 2026-11-30,
+# run s16-2 (two rounds, fraction of copy; rows 1024 to 524288 float32 and bfloat16, the block
+# and cluster kernels): 256 threads up to 16 KiB lost the rows of 4 KiB (float32 1024 0.64, 0.65,
+# bfloat16 2048 0.65 each, against 0.99 to 1.00 and 0.97 each); 512 up to 32 KiB lost cluster
+# slices of 32 KiB (float32 131072 0.88, 0.89 against 0.96 each, bfloat16 262144 0.79 each against
+# 0.93, 0.94); 256 up to 64 KiB lost bfloat16 524288 (0.79 each against 0.84, 0.85) and 32768
+# (0.89 each against 0.94, 0.93); 1024 up to 64 KiB lost float32 262144 (0.68, 0.69 against 0.90
+# each) and bfloat16 524288 (0.63, 0.62). No shape gained more than 0.02.
 BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
 BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FUSED_SCRATCH in kernels/)
 
@@ -202,6 +209,15 @@ GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ncu, r
 # L2. Evidence: H200, 2026-11-30 (third session, run 1, a fence in every thread): groups of one
 # 4 MiB row (64 items against 264 resident blocks) ran rows of 2**20 float32 at 0.22 of copy,
 # groups of 3 rows at 0.42; hence 2 waves. Online rows in the fourth session: see below.
+# Groups are a little larger where that spares a short last group (_group_size): the last group
+# takes what is left, and a short one leaves blocks waiting. Evidence: H200, 2026-11-30, run
+# s16-1 (two rounds, fraction of copy), 32 rows of 2**21, groups of 8 where 7, 7, 7, 7, 4 before:
+# bfloat16 0.63 each against 0.59 each, float16 0.63, 0.64 against 0.58, 0.59; float32 (groups
+# of 4 where 3, ..., 3, 2) 0.67 each against 0.67 each; rows of 2**22 (no short group either
+# way) 0.63 to 0.67 both. Columns (run s16-2, forced, along axis 0 of 4096 x 16384 / 16384 x
+# 4096, one group of 64 / 16 lines where 50 and 14 / 13 and 3 before): float32 0.52, 0.47 / 0.44,
+# 0.42 against 0.52, 0.51 / 0.45, 0.44; bfloat16 0.38, 0.33 / 0.29, 0.26 against 0.36 each / 0.28,
+# 0.29 (the policy takes the slab there on this GPU).
 COLUMNS_GROUP_WAVES = 2.0
 
 # Online rows: chunk length from the row length and element size alone (never from the batch),
@@ -575,12 +591,18 @@ def _spilled_cluster(rows, cols, itemsize, vec, limits):
     return Plan("cluster", vec, launch, held=held), (per - held) / held
 
 
+def _group_size(lines, fewest):
+    """Lines per group of a two-pass schedule: the least number, `fewest` or more, that leaves
+    the last group (the lines left over) `fewest` lines or more too."""
+    return next(n for n in range(fewest, lines + 1) if lines % n == 0 or lines % n >= fewest)
+
+
 def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves, limits,
               width=0, smem=0) -> Plan:
     """One launch of a two-pass kernel over `lines` lines of `chunks` chunks, `per_sm` blocks
     of `threads` resident per SM, groups of lines of at least `waves` waves of items."""
     resident = limits.sm_count * per_sm
-    per_group = min(lines, math.ceil(waves * resident / chunks))
+    per_group = _group_size(lines, min(lines, math.ceil(waves * resident / chunks)))
     grid = min(MAX_GRID, resident, 2 * lines * chunks)
     launch = Launch(kernel, (vec,), grid, threads, smem)
     return Plan(method, vec, launch, chunk=chunk, chunks=chunks, width=width,

@@ -144,13 +144,23 @@ def test_online_chunks_do_not_depend_on_the_batch():
     assert rows_plan(2**27).chunk == 2**17
 
 
+@pytest.mark.parametrize("lines", [1, 2, 7, 10, 13, 32, 37, 64, 1000, 4099])
+def test_two_pass_groups_leave_no_short_last_group(lines):
+    for fewest in range(1, lines + 1):
+        n = d._group_size(lines, fewest)
+        last = lines - (math.ceil(lines / n) - 1) * n
+        assert fewest <= n <= lines and last >= fewest
+        assert all(0 < lines % k < fewest for k in range(fewest, n))  # none smaller would do
+    assert d._group_size(32, 7) == 8 and d._group_size(10, 3) == 5 and d._group_size(32, 3) == 4
+
+
 def test_two_pass_groups_and_launch_size_from_the_device():
     resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM[4]
     p = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, rows=1000, method="online")  # 4 chunks per row
     assert p.chunks == 4 and p.launch.grid == resident
     half = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, 2, rows=1000, method="online")  # 3 blocks an SM
     assert half.launch.grid == H200.sm_count * d.ONLINE_BLOCKS_PER_SM[2] > resident
-    assert p.per_group == math.ceil(d.ONLINE_GROUP_WAVES * resident / 4)
+    assert p.per_group == d._group_size(1000, math.ceil(d.ONLINE_GROUP_WAVES * resident / 4))
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
     assert few.per_group == 1 and few.launch.grid == min(resident, 2 * few.chunks)
     short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
@@ -240,7 +250,7 @@ def test_layout_policy():
     assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
     assert p.lines == 16384 // (4 * p.width) and d.COLUMNS_THREADS % p.width == 0
     resident = A100.sm_count * d.COLUMNS_BLOCKS_PER_SM
-    assert p.per_group == min(p.lines, math.ceil(d.COLUMNS_GROUP_WAVES * resident / p.chunks))
+    assert p.per_group == d._group_size(p.lines, min(p.lines, math.ceil(d.COLUMNS_GROUP_WAVES * resident / p.chunks)))
     few = d.plan(Layout(1, 4096, 20, (0, 20), (0, 20)), 2, (0, 0), H200, method="columns")
     assert (few.vec, few.width, few.lines) == (4, 8, 1)  # 5 packs: a strip of 8, 3 padding
     assert d.plan(wide, 2, (0, 0), A100).vec == d.COLUMNS_MAX_VEC
