@@ -209,8 +209,8 @@ GRID_STATIC_BYTES = 1024  # softmax_grid's static shared memory, at most (ncu, r
 # L2. Evidence: H200, 2026-11-30 (third session, run 1, a fence in every thread): groups of one
 # 4 MiB row (64 items against 264 resident blocks) ran rows of 2**20 float32 at 0.22 of copy,
 # groups of 3 rows at 0.42; hence 2 waves. Online rows in the fourth session: see below.
-# Groups are a little larger where that spares a short last group (_group_size): the last group
-# takes what is left, and a short one leaves blocks waiting. Evidence: H200, 2026-11-30, run
+# Groups are up to twice that where this makes the last group, which takes what is left, less
+# short (_group_size): a short one leaves blocks waiting. Evidence: H200, 2026-11-30, run
 # s16-1 (two rounds, fraction of copy), 32 rows of 2**21, groups of 8 where 7, 7, 7, 7, 4 before:
 # bfloat16 0.63 each against 0.59 each, float16 0.63, 0.64 against 0.58, 0.59; float32 (groups
 # of 4 where 3, ..., 3, 2) 0.67 each against 0.67 each; rows of 2**22 (no short group either
@@ -592,9 +592,10 @@ def _spilled_cluster(rows, cols, itemsize, vec, limits):
 
 
 def _group_size(lines, fewest):
-    """Lines per group of a two-pass schedule: the least number, `fewest` or more, that leaves
-    the last group (the lines left over) `fewest` lines or more too."""
-    return next(n for n in range(fewest, lines + 1) if lines % n == 0 or lines % n >= fewest)
+    """Lines per group of a two-pass schedule: of `fewest` to twice that (at most `lines`), the
+    number that leaves the last group (the lines left over) the fewest lines short of a whole
+    group; the smallest of those."""
+    return min(range(fewest, min(lines, 2 * fewest) + 1), key=lambda n: -lines % n)
 
 
 def _two_pass(kernel, method, vec, lines, chunk, chunks, threads, per_sm, waves, limits,

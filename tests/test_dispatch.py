@@ -145,13 +145,17 @@ def test_online_chunks_do_not_depend_on_the_batch():
 
 
 @pytest.mark.parametrize("lines", [1, 2, 7, 10, 13, 32, 37, 64, 1000, 4099])
-def test_two_pass_groups_leave_no_short_last_group(lines):
+def test_two_pass_groups_spare_a_short_last_group(lines):
+    def short(n):  # lines the last group lacks
+        return math.ceil(lines / n) * n - lines
+
     for fewest in range(1, lines + 1):
         n = d._group_size(lines, fewest)
-        last = lines - (math.ceil(lines / n) - 1) * n
-        assert fewest <= n <= lines and last >= fewest
-        assert all(0 < lines % k < fewest for k in range(fewest, n))  # none smaller would do
+        sizes = range(fewest, min(lines, 2 * fewest) + 1)
+        assert n in sizes and short(n) == min(map(short, sizes))
+        assert all(short(k) > short(n) for k in range(fewest, n))  # the smallest such
     assert d._group_size(32, 7) == 8 and d._group_size(10, 3) == 5 and d._group_size(32, 3) == 4
+    assert d._group_size(61, 2) == 2 and d._group_size(13, 7) == 13 and d._group_size(16, 4) == 4
 
 
 def test_two_pass_groups_and_launch_size_from_the_device():
