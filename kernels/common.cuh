@@ -83,7 +83,7 @@ __device__ inline bool shift_ok(double) { return false; }
 __device__ inline float shift_of(float m) { return m * 1.4426950408889634f; }
 __device__ inline double shift_of(double m) { return m; }
 // r = m * log2(e) - shift_of(m), exact (one FMA gives a product's rounding error exactly): a
-// caller whose sum did not use the same shift multiplies exp_shifted's terms by 2^-r.
+// caller whose sum did not use the same shift multiplies exp_shifted's terms by 2^-r (shift_fix).
 __device__ inline float shift_rounding(float m) { return fmaf(m, 1.4426950408889634f, -shift_of(m)); }
 __device__ inline double shift_rounding(double) { return 0.0; }
 __device__ inline float exp_shifted(float x, float s) {
@@ -96,6 +96,12 @@ __device__ inline double exp_shifted(double x, double s) { return fast_exp(x - s
 // slice's shift s = shift_of(m) (the slice's m passes shift_ok); else fast_exp(x - m).
 template <bool SHIFTED, typename C> __device__ inline C exp_by(C x, C m, C s) {
     return SHIFTED ? exp_shifted(x, s) : fast_exp(x - m);
+}
+// 2^-r, r = shift_rounding(m), where m passes shift_ok (else 1): a sum or a scale of exp_shifted's
+// terms against m times this is one of exp(x - m) (to ex2.approx's 2^-22), for a caller whose
+// sum and writes do not share the shift.
+template <typename C> __device__ inline C shift_fix(C m) {
+    return shift_ok(m) ? exp_shifted(C(0), shift_rounding(m)) : C(1);
 }
 
 template <typename C> __device__ inline C neg_inf();

@@ -164,7 +164,8 @@ template <typename T, int V> struct Staged {
         return m;
     }
     // The slice's sum of exp(x - m), and its writes exp(x - m) * scale. SHIFT: by exp_shifted
-    // where shift_ok(m), which is exact only where the slice's sum and writes use the same m.
+    // where shift_ok(m), which is exact only where the slice's sum and writes use the same m
+    // (or multiply by shift_fix(m)).
     template <bool SHIFT> __device__ C sum(C m) const {
         return SHIFT && shift_ok(m) ? sum_by<true>(m) : sum_by<false>(m);
     }
@@ -280,8 +281,15 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         copy_wait();
         C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
-        // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge).
-        acc_t dt = acc_t(st.template sum<CL == 1>(sum_base(m)));
+        // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge). Without a spill, the
+        // terms by exp_shifted against the block's max: a cluster's block (whose writes take the
+        // cluster's max) turns its sum into one of exp(x - m) by shift_fix. Evidence: H200,
+        // 2026-11-30, run s17-2 (two rounds, fraction of copy, against exp(x - m) in both walks):
+        // bfloat16 / float16 rows of 524288 0.85, 0.85 / 0.85, 0.85 against 0.84, 0.84 / 0.84,
+        // 0.83; the spill kernel (float32 524288) 0.76 each against 0.78, 0.77, so it keeps them.
+        constexpr bool SHIFT = !SPILL;
+        const C base = sum_base(m), part = st.template sum<SHIFT>(base);
+        acc_t dt = acc_t(CL > 1 && SHIFT ? part * shift_fix(base) : part);
         if constexpr (SPILL) dt += sum_at(sp.m, sp.d, m);
         acc_t d = block_reduce(dt, scratch, SumOp());
         if constexpr (CL > 1) {
@@ -289,13 +297,12 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
             m = s.m;
             d = s.d;
         }
-        if constexpr (SPILL) {  // the held packs from shared memory, then the spill read again
-            const C scale = scale_of(d, C());
-            st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale);
+        // The held packs (SHIFT: by exp_shifted against m, with shift_fix(m) in a cluster's scale;
+        // a lone block's shift cancels against its sum's).
+        const C scale = scale_of(d, C());
+        st.template write<SHIFT>(y + row * ldy + k0 * V, left, m, CL > 1 && SHIFT ? scale * shift_fix(m) : scale);
+        if constexpr (SPILL)  // the spill read again
             write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V), spill, m, scale);
-        } else {
-            st.template write<CL == 1>(y + row * ldy + k0 * V, left, m, scale_of(d, C()));
-        }
     }
     if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier

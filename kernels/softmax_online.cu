@@ -133,12 +133,6 @@ __device__ inline Norm<C> row_norm(long long chunks, const double* row_stats, co
     return *slot;
 }
 
-// The scale for exp_shifted's terms: d came from exp(x - m) itself, so the shift's rounding goes
-// into the scale (m passes shift_ok).
-template <typename C> __device__ inline C shifted_scale(const Norm<C>& r) {
-    return r.scale * exp_shifted(C(0), shift_rounding(r.m));
-}
-
 // A write item, once its row is merged: exp(x - m) / d for the chunk's elements past those its
 // reader held (`kept`, as row_norm takes it).
 template <typename T, int V, typename C>
@@ -148,7 +142,7 @@ __device__ inline void online_write(const T* xc, T* yc, int n, long long chunks,
     const Norm<C> r = row_norm<C>(chunks, row_stats, row_count, kept, slot);
     const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
     if (shift_ok(r.m))
-        write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, shifted_scale(r));
+        write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale * shift_fix(r.m));
     else
         write_run<false, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale);
 }
@@ -169,7 +163,7 @@ __device__ inline void write_held_run(const T* held, T* yc, int keep, C m, C sca
 template <typename T, int V, typename C>
 __device__ inline void online_write_held(const T* held, T* yc, int keep, const Norm<C>& r) {
     if (shift_ok(r.m))
-        write_held_run<true, T, V>(held, yc, keep, r.m, shifted_scale(r));
+        write_held_run<true, T, V>(held, yc, keep, r.m, r.scale * shift_fix(r.m));
     else
         write_held_run<false, T, V>(held, yc, keep, r.m, r.scale);
 }
