@@ -120,8 +120,14 @@ TILES_ROWS = (1, 2, 4, 8)
 # slices of 32 KiB (float32 131072 0.88, 0.89 against 0.96 each, bfloat16 262144 0.79 each against
 # 0.93, 0.94); 256 up to 64 KiB lost bfloat16 524288 (0.79 each against 0.84, 0.85) and 32768
 # (0.89 each against 0.94, 0.93); 1024 up to 64 KiB lost float32 262144 (0.68, 0.69 against 0.90
-# each) and bfloat16 524288 (0.63, 0.62). No shape gained more than 0.02.
-BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
+# each) and bfloat16 524288 (0.63, 0.62). No shape gained more than 0.02. Run s17-9 (two rounds,
+# fraction of copy, then Triton's time over ours): 64 threads up to 8 KiB (twice as many blocks
+# an SM, so twice the bytes in flight) against 128: bfloat16 2048 0.99 / 0.99, 0.99 / 0.99
+# against 0.98 / 0.98, 0.97 / 0.97; float16 2048 0.99 / 1.00, 0.99 / 0.99 against 0.98 / 0.98,
+# 0.97 / 0.97; float32 2048 0.99 / 1.02 each against 0.97 / 1.01, 0.97 / 1.00; float32 1024 and
+# bfloat16 4096 within 0.01 either way. 64 threads up to 4 KiB alone: bfloat16 2048 0.98 / 0.99,
+# 0.99 / 0.99; float32 2048 0.98 / 1.00, 0.98 / 1.01.
+BLOCK_THREADS = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
 BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FUSED_SCRATCH in kernels/)
 
 # Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
