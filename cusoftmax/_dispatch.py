@@ -126,8 +126,11 @@ TILES_ROWS = (1, 2, 4, 8)
 # against 0.98 / 0.98, 0.97 / 0.97; float16 2048 0.99 / 1.00, 0.99 / 0.99 against 0.98 / 0.98,
 # 0.97 / 0.97; float32 2048 0.99 / 1.02 each against 0.97 / 1.01, 0.97 / 1.00; float32 1024 and
 # bfloat16 4096 within 0.01 either way. 64 threads up to 4 KiB alone: bfloat16 2048 0.98 / 0.99,
-# 0.99 / 0.99; float32 2048 0.98 / 1.00, 0.98 / 1.01.
-BLOCK_THREADS = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
+# 0.99 / 0.99; float32 2048 0.98 / 1.00, 0.98 / 1.01. Not taken yet: on that table (run s17-10)
+# the whole suite and memcheck passed, but racecheck did not finish in its time and synccheck
+# stopped on the slab (64 threads for slices up to 8 KiB too) at axis 0 of 4096 x 300 float32,
+# after its warning of too many tracked barriers; whether main stops there as well is not known.
+BLOCK_THREADS = ((16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
 BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FUSED_SCRATCH in kernels/)
 
 # Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
