@@ -660,11 +660,14 @@ __device__ inline void line_merged(unsigned* count) {
     if (threadIdx.x == 0) atomicAdd(count, 1u);
 }
 
-// Waits until `count` reaches `target`: thread `poller` polls with acquire loads, then a barrier
-// hands the ordering to the block.
+// The calling thread polls `count` with acquire loads until it reaches `target`.
+__device__ inline void spin_until(const unsigned* count, unsigned target) {
+    while (load_acquire(count) < target) __nanosleep(100);
+}
+// Waits until `count` reaches `target`: thread `poller` polls (spin_until), then a barrier hands
+// the ordering to the block.
 __device__ inline void wait_count(const unsigned* count, unsigned target, unsigned poller = 0) {
-    if (threadIdx.x == poller)
-        while (load_acquire(count) < target) __nanosleep(100);
+    if (threadIdx.x == poller) spin_until(count, target);
     __syncthreads();
 }
 
@@ -676,13 +679,18 @@ template <typename C> __device__ inline void put_md(double* p, const MD<C>& s) {
 template <typename C> __device__ inline MD<C> get_md(const double* p) {
     return MD<C>{C(__ldcg(p)), __ldcg(p + 1)};
 }
+// This thread's merge of the pairs of chunks threadIdx.x, threadIdx.x + stride, ... of the
+// `chunks` at `part` (the block's threads: stride), in that order.
+template <typename C> __device__ inline MD<C> strided_pairs(const double* part, long long chunks, long long stride) {
+    MD<C> s = MD<C>::identity();
+    for (long long k = threadIdx.x; k < chunks; k += stride) s.merge(get_md<C>(part + 2 * k));
+    return s;
+}
 // The (m, d) of a line from the pairs of its `chunks` chunks at `part` (once all are counted):
 // strided over the threads, then the block merge, a fixed order, so every block that merges the
 // same line gets the same bits.
 template <typename C> __device__ inline MD<C> merge_chunks(const double* part, long long chunks, acc_t* scratch) {
-    MD<C> s = MD<C>::identity();
-    for (long long k = threadIdx.x; k < chunks; k += blockDim.x) s.merge(get_md<C>(part + 2 * k));
-    return block_merge(s, scratch);
+    return block_merge(strided_pairs<C>(part, chunks, blockDim.x), scratch);
 }
 // Thread 0 publishes this block's (m, d) of a chunk (or a line's merged pair) and counts it,
 // without waiting for the count.

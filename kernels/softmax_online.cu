@@ -107,10 +107,7 @@ template <typename C>
 __device__ inline void online_merge(const double* row_part, long long chunks, double* row_stats,
                                     unsigned* row_count, double* pairs) {
     __threadfence();  // every other block's pairs are seen after the count that ended them
-    MD<C> s = MD<C>::identity();
-    for (long long k = threadIdx.x; k < chunks; k += ONLINE_THREADS) s.merge(get_md<C>(row_part + 2 * k));
-    s = online_block_md(s, pairs);
-    publish_chunk(row_stats, s, row_count);
+    publish_chunk(row_stats, online_block_md(strided_pairs<C>(row_part, chunks, ONLINE_THREADS), pairs), row_count);
 }
 
 // What a write needs of its row: max, scale, and the elements of the chunk its reader held.
@@ -125,7 +122,7 @@ template <typename C>
 __device__ inline Norm<C> row_norm(long long chunks, const double* row_stats, const unsigned* row_count,
                                    const unsigned* kept, Norm<C>* slot) {
     if (threadIdx.x == 0) {
-        while (load_acquire(row_count) < unsigned(chunks + 1)) __nanosleep(100);
+        spin_until(row_count, unsigned(chunks + 1));
         const MD<C> s = get_md<C>(row_stats);
         *slot = Norm<C>{s.m, scale_of(s.d, C()), kept ? int(*kept) : 0};
     }
