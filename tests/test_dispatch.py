@@ -66,6 +66,18 @@ def test_thresholds_come_from_the_device(limits, itemsize):
             assert size in d.CLUSTER_SIZES and p.launch.grid % size == 0
 
 
+def test_threads_by_bytes_held():
+    """Block rows take the first BLOCK_THREADS entry that holds them; the slab never goes below
+    SLAB_MIN_THREADS, whatever the table gives its slices."""
+    for cols, threads in ((2048, 64), (2049, 128), (4096, 128), (8192, 256), (16384, 512), (32768, 1024)):
+        p = rows_plan(cols, 4, 4, limits=A100)  # no clusters: the block kernel up to its limit
+        assert (p.method, p.launch.block) == ("block", threads), (cols, p)
+    small = d.plan(Layout(1, 100, 64, (0, 64), (0, 64)), 4, (0, 0), H200)  # axis 0 of 100 x 64
+    size = small.launch.template[1]
+    assert small.method == "slab" and d._threads_for(d._slab_slice_bytes(100, small.width, 4, 4, size)) == 64
+    assert small.launch.block == d.SLAB_MIN_THREADS
+
+
 def test_block_limit_tracks_the_device():
     assert block_max_cols(H200, 4, 4) > block_max_cols(A100, 4, 4)
     cols = block_max_cols(A100, 4, 4) + 1
