@@ -504,7 +504,16 @@ __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, 
 template <int THREADS, typename T, int V, L2 H = L2::normal, typename F>
 __device__ inline void walk_run(const T* xr, int n, F&& f) {
     using C = compute_t<T>;
-    constexpr int WALK_BATCH = 4;  // bytes in flight to cover DRAM latency
+    // Packs a thread loads before it uses any. Evidence: H200, 2026-11-30, run s18-1 (two rounds,
+    // fraction of copy; float32 128 x 524288 on the spill kernel / online rows of 2**20 / 2**21 /
+    // 2**22 / one row of 2**24 / 2**27): 4 0.768, 0.778 / 0.668, 0.686 / 0.677, 0.670 / 0.668,
+    // 0.670 / 0.615, 0.593 / 0.620, 0.625; 8 0.752, 0.741 / 0.675, 0.669 / 0.663, 0.664 / 0.660,
+    // 0.659 / 0.565, 0.584 / 0.617, 0.616; 4 with the next batch's loads issued before a batch is
+    // used (8 registers more) 0.760, 0.758 / 0.665, 0.666 / 0.678, 0.677 / 0.670, 0.685 / 0.613,
+    // 0.609 / 0.626, 0.625. A plain read of 64 MiB by 2 blocks of 512 threads an SM, 4 loads of
+    // 16 bytes in flight a thread, ran at 2.75 TB/s (s18-3), as the online kernel's read items
+    // of one row of 2**24 did (s18-2).
+    constexpr int WALK_BATCH = 4;
     constexpr int STEP = THREADS * V;
     const unsigned long long pol = l2_policy<H>();
     int c0 = int(threadIdx.x) * V;
