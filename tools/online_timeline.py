@@ -4,15 +4,15 @@ at marks: an item's start (after the hand-over), a read item's end, a row's merg
 chunk's write (start and end), a write item's row statistics in hand (after its wait) and its
 end. Times are in microseconds from the call's first mark.
 
-The kernel's source is patched in memory at exact lines (MARKS); where a line has changed, the
-probe stops and names it. Each mark is an atomic and a few stores by thread 0, so the marked call
-runs somewhat slower than the plain one (both are printed); the timeline is for seeing where the
-blocks wait, not for timing.
+The kernel's source is patched in memory at exact lines (MARKS), as tools/phase_probe.py does;
+where a line has changed, the probe stops and names it. Each mark is an atomic and a few stores
+by thread 0, so the marked call runs somewhat slower than the plain one (both are printed); the
+timeline is for seeing where the blocks wait, not for timing.
 """
 
-import sys
-
 import numpy as np
+
+from phase_probe import marked_functions  # tools/, beside this script
 
 RECORDS = 1 << 16
 HEAD = (f"extern \"C\" __device__ unsigned long long csm_marks[4 * {RECORDS}];\n"
@@ -41,35 +41,15 @@ MARKS = [
 ]
 
 
-def patched(text):
-    text = text.replace("namespace csm {", HEAD + "namespace csm {", 1)
-    for line, before, after in MARKS:
-        if text.count(line) != 1:
-            raise SystemExit(f"online_timeline: the kernel source no longer has exactly one line {line!r}")
-        text = text.replace(line, before + line + after + ("\n" if after else ""))
-    return text
-
-
 def main():
     import cupy
 
     import cusoftmax
     from cusoftmax import _kernels
 
-    plain = _kernels.source.__wrapped__
-    modules = {}
     unmarked = _kernels.function
-
-    def function(kernel, dtype_name, template, device_id):  # _kernels.function, keeping the module
-        if kernel != "softmax_online":
-            return unmarked(kernel, dtype_name, template, device_id)
-        key = (dtype_name, template)
-        if key not in modules:
-            expr = _kernels.name_expression(kernel, dtype_name, template)
-            module = cupy.RawModule(code=patched(plain(_kernels.FILES[kernel])), options=_kernels.OPTIONS,
-                                    name_expressions=(expr,))
-            modules[key] = (module, module.get_function(expr))
-        return modules[key][1]
+    function, modules = marked_functions(lambda kernel: MARKS if kernel == "softmax_online" else None,
+                                         HEAD, "online_timeline")
 
     flush = cupy.empty(1 << 28, dtype=cupy.uint8)
 
@@ -95,7 +75,7 @@ def main():
         _kernels.bind.cache_clear()
         try:
             cusoftmax.softmax(x, method="online", out=y)  # compiles the marked kernel
-            module = [m for k, (m, _) in modules.items() if k[0] == dtype][-1]
+            module = [m for k, (m, _) in modules.items() if k[1] == dtype][-1]
             count = cupy.ndarray((1,), cupy.uint32, module.get_global("csm_mark_count"))
             marks = cupy.ndarray((RECORDS, 4), cupy.uint64, module.get_global("csm_marks"))
             count[:] = 0
@@ -106,7 +86,7 @@ def main():
             _kernels.function = unmarked
             _kernels.bind.cache_clear()
         block, sm = m[:, 0] & 0xFFFFFFFF, m[:, 0] >> 32
-        kind, arg, t = m[:, 1], m[:, 2].astype(np.int64), (m[:, 3] - m[:, 3].min()) / 1e3
+        kind, t = m[:, 1], (m[:, 3] - m[:, 3].min()) / 1e3
         steps = np.unique(np.diff(np.unique(m[:, 3])))
         print(f"== {shape} {dtype} online: {plain_us:.1f} us plain, {marked_us:.1f} us marked; "
               f"{len(np.unique(block))} blocks on {len(np.unique(sm))} SMs, {n} marks, "

@@ -73,13 +73,40 @@ NAMES = {
 }
 
 
-def patched(text, marks):
-    text = text.replace("namespace csm {", HEAD + "namespace csm {", 1)
+def patched(text, marks, head=HEAD, tool="phase_probe"):
+    """The kernel source `text` with `head` ahead of its namespace and each (line, before,
+    after) of `marks` put around its exactly one `line`."""
+    text = text.replace("namespace csm {", head + "namespace csm {", 1)
     for line, before, after in marks:
         if text.count(line) != 1:
-            raise SystemExit(f"phase_probe: the kernel source no longer has exactly one line {line!r}")
+            raise SystemExit(f"{tool}: the kernel source no longer has exactly one line {line!r}")
         text = text.replace(line, before + line + after + ("\n" if after else ""))
     return text
+
+
+def marked_functions(marks_of, head=HEAD, tool="phase_probe"):
+    """A stand-in for `_kernels.function` compiling the kernels whose file `marks_of` (a
+    function of the kernel's name) gives marks for from their patched source, others as
+    before; and the modules it compiled, by (kernel, dtype, template), to read the marks."""
+    import cupy
+
+    from cusoftmax import _kernels
+
+    plain, unmarked, modules = _kernels.source.__wrapped__, _kernels.function, {}
+
+    def function(kernel, dtype_name, template, device_id):  # _kernels.function, keeping the module
+        marks = marks_of(kernel)
+        if marks is None:
+            return unmarked(kernel, dtype_name, template, device_id)
+        key = (kernel, dtype_name, template)
+        if key not in modules:
+            expr = _kernels.name_expression(kernel, dtype_name, template)
+            module = cupy.RawModule(code=patched(plain(_kernels.FILES[kernel]), marks, head, tool),
+                                    options=_kernels.OPTIONS, name_expressions=(expr,))
+            modules[key] = (module, module.get_function(expr))
+        return modules[key][1]
+
+    return function, modules
 
 
 def main(which):
@@ -88,19 +115,7 @@ def main(which):
     import cusoftmax
     from cusoftmax import _kernels
 
-    plain = _kernels.source.__wrapped__
-    modules = {}
-
-    def function(kernel, dtype_name, template, device_id):  # _kernels.function, keeping the module
-        key = (kernel, dtype_name, template)
-        if key not in modules:
-            name = _kernels.FILES[kernel]
-            expr = _kernels.name_expression(kernel, dtype_name, template)
-            module = cupy.RawModule(code=patched(plain(name), MARKS[name]), options=_kernels.OPTIONS,
-                                    name_expressions=(expr,))
-            modules[key] = (module, module.get_function(expr))
-        return modules[key][1]
-
+    function, modules = marked_functions(lambda kernel: MARKS.get(_kernels.FILES[kernel]))
     _kernels.function = function
 
     def probe(shape, dtype, axis, method):
