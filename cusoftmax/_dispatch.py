@@ -75,7 +75,15 @@ TILES_MAX_BYTES = 4095
 # Evidence: ptxas (sm_90) spills every 32-value instantiation under that cap (up to 1 KiB of
 # stack); 16 values fit in 56 to 64 registers without spills.
 REGISTERS_WIDE_VALUES = 16
-WARP_BLOCK = 128
+# Threads per block of the registers kernel (at least a row's lanes; its short rows take at most
+# 128, its __launch_bounds__). Evidence: H200, 2026-11-30, run s18-10 (two rounds, fraction of
+# copy, then torch's time over ours), 64 against 128: float32 64 / 128 / 256 / 512 0.987, 0.981 /
+# 1.001 (0.988), 0.982 (1.010) / 1.004 (0.997), 1.002 (1.006) / 0.987, 1.002 against 0.972, 0.965
+# / 0.965 (0.983), 0.990 (0.988) / 0.975 (0.990), 0.970 (0.988) / 0.970, 0.966; bfloat16 1024
+# 0.985, 0.992 against 0.960, 0.969; float32 32 and half types 32 to 512 within 0.01 either way;
+# run s18-9: float32 128 / 256 torch 1.000, 1.001 / 0.999, 1.000 against 0.989, 0.993 / 0.987,
+# 0.984 (WARP_WAVES 4 or 16 no better; 256 threads fail the kernel's bounds).
+WARP_BLOCK = 64
 # Short rows: each lane group takes R rows per iteration, about WARP_LANE_VALUES elements per
 # lane, and loads the next iteration's while it works on this one's. Evidence: H200, 2026-11-30,
 # 2**26 elements, fraction of copy. Without the early loads: float32 with one 16-byte pack per
