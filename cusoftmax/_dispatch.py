@@ -84,6 +84,7 @@ REGISTERS_WIDE_VALUES = 16
 # run s18-9: float32 128 / 256 torch 1.000, 1.001 / 0.999, 1.000 against 0.989, 0.993 / 0.987,
 # 0.984 (WARP_WAVES 4 or 16 no better; 256 threads fail the kernel's bounds).
 WARP_BLOCK = 64
+REGISTERS_SHORT_THREADS = 128  # the most threads a block of short rows may have (kernels/softmax_fused.cu)
 # Short rows: each lane group takes R rows per iteration, about WARP_LANE_VALUES elements per
 # lane, and loads the next iteration's while it works on this one's. Evidence: H200, 2026-11-30,
 # 2**26 elements, fraction of copy. Without the early loads: float32 with one 16-byte pack per

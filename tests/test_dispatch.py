@@ -133,6 +133,8 @@ def test_registers_shape():
     assert (p.width, p.launch.template) == (32, (8, 4, 1, 32))
     big = rows_plan(32, 4, 4, rows=2**30)
     assert big.launch.grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
+    # short rows: blocks within the kernel's __launch_bounds__ (a larger block fails to launch)
+    assert big.launch.block == d.WARP_BLOCK <= d.REGISTERS_SHORT_THREADS
     # wide rows: 16 values per lane, lanes a power of two, a block per row up to 1024 lanes
     p = rows_plan(5000, 2, 8, method="registers")
     assert (p.width, p.launch.template, p.launch.block) == (512, (8, 2, 0, 0), 512)
