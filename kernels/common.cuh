@@ -701,14 +701,17 @@ template <typename C> __device__ inline MD<C> strided_pairs(const double* part, 
 template <typename C> __device__ inline MD<C> merge_chunks(const double* part, long long chunks, acc_t* scratch) {
     return block_merge(strided_pairs<C>(part, chunks, blockDim.x), scratch);
 }
+// The calling thread publishes a pair and counts it: the count's value before (a caller that
+// drops it does not wait for the atomic).
+template <typename C> __device__ inline unsigned publish_md(double* p, const MD<C>& s, unsigned* count) {
+    put_md(p, s);
+    __threadfence();  // the pair before the count
+    return atomicAdd(count, 1u);
+}
 // Thread 0 publishes this block's (m, d) of a chunk (or a line's merged pair) and counts it,
 // without waiting for the count.
 template <typename C> __device__ inline void publish_chunk(double* p, const MD<C>& s, unsigned* count) {
-    if (threadIdx.x == 0) {
-        put_md(p, s);
-        __threadfence();
-        atomicAdd(count, 1u);
-    }
+    if (threadIdx.x == 0) publish_md(p, s, count);
 }
 
 // ---- thread-block clusters (sm_90 and newer). Templates, so that nothing of this reaches the

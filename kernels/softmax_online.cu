@@ -93,11 +93,8 @@ __device__ inline bool online_read(const T* xc, int n, int keep, T* held, long l
     walk_run<ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.push_pack(v); });
     s = online_block_md(s, pairs);
     if (threadIdx.x != 0) return false;
-    // publish_chunk's steps, keeping the count's old value (publish_chunk drops it)
-    if constexpr (ONLINE_HOLDS<T>) *kept = unsigned(keep);
-    put_md(chunk_part, s);
-    __threadfence();  // the pair before the count
-    return atomicAdd(row_count, 1u) == unsigned(chunks - 1);
+    if constexpr (ONLINE_HOLDS<T>) *kept = unsigned(keep);  // before the count, as the pair
+    return publish_md(chunk_part, s, row_count) == unsigned(chunks - 1);
 }
 
 // The row's (m, d) from its chunks' pairs (strided over the threads, then online_block_md: a
