@@ -11,7 +11,7 @@
 //               there) and writes exp(x - m) / d.
 //   holding     a read item whose block holds no chunk keeps the chunk's first `held` elements
 //               (a multiple of the walk's step) in the block's shared memory as well; the block
-//               writes them itself, from there, at its next write item of that group or a later
+//               writes them itself, from there, after its next write item of that group or a later
 //               one (or at its end), and the chunk's write item reads and writes only the rest.
 //
 // An item has two barriers: the ticket's hand-over and one inside the item (a merge one more).
@@ -231,11 +231,17 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
             const long long begin = c * chunk;
             const int n = int(min(cols - begin, chunk));
             if (write) {
-                // a write item of group g is handed out after every read item of groups <= g + 1
-                if (hold.row >= 0 && hold.row / per_group <= row / per_group) write_held();
                 online_write<T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, chunks,
                                       ws.stats + 2 * row, ws.count + row,
                                       ONLINE_HOLDS<T> ? kept + row * chunks + c : nullptr, &norms[1]);
+                // After the item, not before: its second read then comes while the chunk is likelier
+                // still in L2, ahead of the held elements' stores. Evidence: H200, 2026-12-01, runs
+                // s19-3 to s19-5 (three rounds each, us; float32 32 rows of 2**21 / 16 of 2**22 / one
+                // row of 2**24 / 2**27): before 191.3 to 192.9 / 192.1 to 194.0 / 60.2 to 60.8 /
+                // 411.4 to 414.5, after 188.7 to 190.2 / 189.2 to 191.2 / 59.9 to 61.0 / 408.9 to
+                // 412.0; half types (nothing held) alike. A write item of group g is handed out after
+                // every read item of groups <= g + 1, so the held row is merged or will be.
+                if (hold.row >= 0 && hold.row / per_group <= row / per_group) write_held();
             } else {
                 int keep = 0;
                 if (ONLINE_HOLDS<T> && hold.row < 0) {
