@@ -10,6 +10,9 @@ by thread 0, so the marked call runs somewhat slower than the plain one (both ar
 timeline is for seeing where the blocks wait, not for timing.
 """
 
+import os
+import sys
+
 import numpy as np
 
 from phase_probe import marked_functions  # tools/, beside this script
@@ -28,7 +31,7 @@ NAMES = {START: "item start", READ: "read end", MERGE: "merge end", HELD: "held 
 
 # (a line of softmax_online.cu, code put before it, code put after it)
 MARKS = [
-    ("    __syncthreads();\n    return *slot;\n", "", "MARK(5, 0);"),
+    ("    return *slot;\n", "MARK(5, 0);", ""),
     ("        const Norm<C> r = row_norm<C>(chunks, ws.stats + 2 * hold.row, ws.count + hold.row, nullptr, &norms[0]);\n",
      "MARK(3, hold.row);", ""),
     ("        hold.row = -1;\n", "MARK(4, hold.row);", ""),
@@ -85,6 +88,8 @@ def main():
         finally:
             _kernels.function = unmarked
             _kernels.bind.cache_clear()
+        if save:
+            np.save(os.path.join(save, f"timeline-{shape[0]}x{shape[1]}-{dtype}.npy"), m)
         block, sm = m[:, 0] & 0xFFFFFFFF, m[:, 0] >> 32
         kind, t = m[:, 1], (m[:, 3] - m[:, 3].min()) / 1e3
         steps = np.unique(np.diff(np.unique(m[:, 3])))
@@ -115,7 +120,14 @@ def main():
         busy = np.histogram(t[kind == WRITE], bins=np.arange(0, t.max() + 2, 2))[0]
         print("   write ends per 2 us: " + " ".join(map(str, busy)), flush=True)
 
+    # arguments: [--save FOLDER] [ROWSxCOLS:DTYPE ...]; --save writes each case's raw marks
+    # (block | SM << 32, mark, argument, global timer in ns) as timeline-ROWSxCOLS-DTYPE.npy
+    args = sys.argv[1:]
+    save = args[1] if args[:1] == ["--save"] else None
+    args = args[2:] if save else args
     cases = [((1, 2**24), "float32"), ((16, 2**22), "float32"), ((32, 2**21), "bfloat16"), ((1, 2**27), "float32")]
+    if args:
+        cases = [(tuple(int(v) for v in a.split(":")[0].split("x")), a.split(":")[1]) for a in args]
     for shape, dtype in cases:
         probe(shape, dtype)
 
