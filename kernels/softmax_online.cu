@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
                 // After the item, not before: its second read then comes while the chunk is likelier
                 // still in L2, ahead of the held elements' stores. Evidence: H200, 2026-12-01, runs
                 // s19-3 to s19-5 (three rounds each, us; float32 32 rows of 2**21 / 16 of 2**22 / one
-                // row of 2**24 / 2**27): before 191.3 to 192.9 / 192.1 to 194.0 / 60.2 to 60.8 /
+                // row of 2**24 / 2**27): before 191.5 to 192.9 / 192.1 to 194.0 / 60.2 to 60.8 /
                 // 411.4 to 414.5, after 188.7 to 190.2 / 189.2 to 191.2 / 59.9 to 61.0 / 408.9 to
                 // 412.0; half types (nothing held) alike. A write item of group g is handed out after
                 // every read item of groups <= g + 1, so the held row is merged or will be.
