@@ -640,11 +640,14 @@ def workspace_bytes(plan: Plan) -> tuple[int, int]:
     """(bytes of a two-pass kernel's workspace, bytes at its start to zero before the launch):
     the ticket counter and per-line counts, then (m, d) statistics per line and partials per
     chunk (the layout of `Workspace` in kernels/common.cuh); online: then the elements held of
-    each chunk (kernels/softmax_online.cu)."""
+    each chunk, and the statistics are zeroed too (each row's publish_norm word, in
+    kernels/softmax_online.cu)."""
+    online = plan.method == "online"
     values = plan.width * plan.vec if plan.method == "columns" else 1
     head = 8 + (4 * plan.lines + 7) // 8 * 8
-    kept = 4 * plan.lines * plan.chunks if plan.method == "online" else 0  # held, per chunk
-    return head + 16 * plan.lines * values * (1 + plan.chunks) + kept, head
+    kept = 4 * plan.lines * plan.chunks if online else 0  # held, per chunk
+    zeroed = head + 16 * plan.lines if online else head
+    return head + 16 * plan.lines * values * (1 + plan.chunks) + kept, zeroed
 
 
 def grid_shape(itemsize, vec, limits) -> tuple[int, int, int]:

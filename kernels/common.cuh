@@ -610,8 +610,9 @@ struct Schedule {
 
 // The workspace, carved from one buffer whose head (the second value of workspace_bytes() in
 // cusoftmax/_dispatch.py) the caller zeroes before the launch: the ticket counter, per line the
-// count of its chunks done (plus 1 once the line is merged), then `width` (m, d) statistics per
-// line (the merged lines) and `width` partials per (line, chunk).
+// count of its chunks done (the columns kernel: plus 1 once the line is merged), then `width`
+// (m, d) statistics per line (the merged lines; the online kernel's, zeroed too, hold its
+// publish_norm word) and `width` partials per (line, chunk).
 struct Workspace {
     unsigned long long* ticket;
     unsigned* count;

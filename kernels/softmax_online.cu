@@ -6,8 +6,8 @@
 //               it (without waiting for the count).
 //   merge       the block whose read item counted a row's last chunk merges the row's pairs
 //               (a fixed order: the same bits whichever block it is) into the row's (m, d)
-//               and counts the row once more.
-//   write item  waits for that, reads its chunk again (from L2 when the row's group still is
+//               and publishes its max and scale in one word (publish_norm).
+//   write item  waits for that word, reads its chunk again (from L2 when the row's group still is
 //               there) and writes exp(x - m) / d.
 //   holding     a read item whose block holds no chunk keeps the chunk's first `held` elements
 //               (a multiple of the walk's step) in the block's shared memory as well; the block
@@ -97,14 +97,44 @@ __device__ inline bool online_read(const T* xc, int n, int keep, T* held, long l
     return publish_md(chunk_part, s, row_count) == unsigned(chunks - 1);
 }
 
+// A merged row's max and scale, the write items' release: one 8-byte word of the row's
+// statistics (zeroed before the launch, see workspace_bytes in cusoftmax/_dispatch.py) that a
+// waiter polls and reads in the same load. Float compute types pack both; their scale's bits are
+// never 0 (1/d, with d at least 1, 0 or NaN), so a zero word is a row not yet merged. Double
+// stores m beside the word first, and the word is the scale (never 0 either).
+template <typename C> __device__ inline void publish_norm(double* p, C m, C scale) {
+    unsigned long long w;
+    if constexpr (sizeof(C) == 4) {
+        w = (unsigned long long)__float_as_uint(scale) << 32 | __float_as_uint(m);
+    } else {
+        __stcg(p + 1, m);
+        w = (unsigned long long)__double_as_longlong(scale);
+    }
+    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+template <typename C> __device__ inline void wait_norm(const double* p, C& m, C& scale) {
+    unsigned long long w;
+    for (;; __nanosleep(100)) {
+        asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+        if (w) break;
+    }
+    if constexpr (sizeof(C) == 4) {
+        m = __uint_as_float(unsigned(w));
+        scale = __uint_as_float(unsigned(w >> 32));
+    } else {
+        m = __ldcg(p + 1);
+        scale = __longlong_as_double((long long)w);
+    }
+}
+
 // The row's (m, d) from its chunks' pairs (strided over the threads, then online_block_md: a
-// fixed order), into the workspace's statistics, counted once more: the write items' release.
-// `pairs`: shared memory that no other item touches before the next hand-over.
+// fixed order), published as its max and scale (publish_norm). `pairs`: shared memory that no
+// other item touches before the next hand-over.
 template <typename C>
-__device__ inline void online_merge(const double* row_part, long long chunks, double* row_stats,
-                                    unsigned* row_count, double* pairs) {
+__device__ inline void online_merge(const double* row_part, long long chunks, double* row_stats, double* pairs) {
     __threadfence();  // every other block's pairs are seen after the count that ended them
-    publish_chunk(row_stats, online_block_md(strided_pairs<C>(row_part, chunks, ONLINE_THREADS), pairs), row_count);
+    const MD<C> s = online_block_md(strided_pairs<C>(row_part, chunks, ONLINE_THREADS), pairs);
+    if (threadIdx.x == 0) publish_norm(row_stats, s.m, scale_of(s.d, C()));
 }
 
 // What a write needs of its row: max, scale, and the elements of the chunk its reader held.
@@ -114,14 +144,15 @@ template <typename C> struct Norm {
 };
 
 // Thread 0 waits for the row's merge and hands its Norm over through `slot` (one barrier);
-// `kept`: the chunk's held elements (none where null).
+// `kept`: the chunk's held elements (none where null), written before the count that the merge
+// followed.
 template <typename C>
-__device__ inline Norm<C> row_norm(long long chunks, const double* row_stats, const unsigned* row_count,
-                                   const unsigned* kept, Norm<C>* slot) {
+__device__ inline Norm<C> row_norm(const double* row_stats, const unsigned* kept, Norm<C>* slot) {
     if (threadIdx.x == 0) {
-        spin_until(row_count, unsigned(chunks + 1));
-        const MD<C> s = get_md<C>(row_stats);
-        *slot = Norm<C>{s.m, scale_of(s.d, C()), kept ? int(*kept) : 0};
+        Norm<C> r{};
+        wait_norm(row_stats, r.m, r.scale);
+        r.skip = kept ? int(*kept) : 0;
+        *slot = r;
     }
     __syncthreads();
     return *slot;
@@ -130,10 +161,10 @@ __device__ inline Norm<C> row_norm(long long chunks, const double* row_stats, co
 // A write item, once its row is merged: exp(x - m) / d for the chunk's elements past those its
 // reader held (`kept`, as row_norm takes it).
 template <typename T, int V, typename C>
-__device__ inline void online_write(const T* xc, T* yc, int n, long long chunks, const double* row_stats,
-                                    const unsigned* row_count, const unsigned* kept, Norm<C>* slot) {
+__device__ inline void online_write(const T* xc, T* yc, int n, const double* row_stats, const unsigned* kept,
+                                    Norm<C>* slot) {
     constexpr int TH = ONLINE_THREADS;
-    const Norm<C> r = row_norm<C>(chunks, row_stats, row_count, kept, slot);
+    const Norm<C> r = row_norm<C>(row_stats, kept, slot);
     const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
     if (shift_ok(r.m))
         write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale * shift_fix(r.m));
@@ -214,14 +245,14 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
     // The held chunk's write: its row is merged or will be (every read item of its group was
     // handed out, and read items never wait).
     auto write_held = [&]() {
-        const Norm<C> r = row_norm<C>(chunks, ws.stats + 2 * hold.row, ws.count + hold.row, nullptr, &norms[0]);
+        const Norm<C> r = row_norm<C>(ws.stats + 2 * hold.row, nullptr, &norms[0]);
         online_write_held<T, V, C>(held_elems, y + hold.row * ldy + hold.begin, hold.keep, r);
         hold.row = -1;
     };
     for (Handed h = hand_over(Handed{prefetch_ticket(ws.ticket), -1}, slots, turn);;) {
         if (h.merge_row >= 0) {
             const long long r = h.merge_row;
-            online_merge<C>(ws.part + 2 * r * chunks, chunks, ws.stats + 2 * r, ws.count + r, line_pairs);
+            online_merge<C>(ws.part + 2 * r * chunks, chunks, ws.stats + 2 * r, line_pairs);
         }
         if (h.ticket >= plan.tickets()) break;
         const unsigned long long next = prefetch_ticket(ws.ticket);
@@ -231,8 +262,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
             const long long begin = c * chunk;
             const int n = int(min(cols - begin, chunk));
             if (write) {
-                online_write<T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, chunks,
-                                      ws.stats + 2 * row, ws.count + row,
+                online_write<T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, ws.stats + 2 * row,
                                       ONLINE_HOLDS<T> ? kept + row * chunks + c : nullptr, &norms[1]);
                 // After the item, not before: its second read then comes while the chunk is likelier
                 // still in L2, ahead of the held elements' stores. Evidence: H200, 2026-12-01, runs

@@ -32,11 +32,11 @@ NAMES = {START: "item start", READ: "read end", MERGE: "merge end", HELD: "held 
 # (a line of softmax_online.cu, code put before it, code put after it)
 MARKS = [
     ("    return *slot;\n", "MARK(5, 0);", ""),
-    ("        const Norm<C> r = row_norm<C>(chunks, ws.stats + 2 * hold.row, ws.count + hold.row, nullptr, &norms[0]);\n",
+    ("        const Norm<C> r = row_norm<C>(ws.stats + 2 * hold.row, nullptr, &norms[0]);\n",
      "MARK(3, hold.row);", ""),
     ("        hold.row = -1;\n", "MARK(4, hold.row);", ""),
     ("        if (h.merge_row >= 0) {\n", "MARK(0, h.ticket);", ""),
-    ("            online_merge<C>(ws.part + 2 * r * chunks, chunks, ws.stats + 2 * r, ws.count + r, line_pairs);\n",
+    ("            online_merge<C>(ws.part + 2 * r * chunks, chunks, ws.stats + 2 * r, line_pairs);\n",
      "", "MARK(2, r);"),
     ("                                      ONLINE_HOLDS<T> ? kept + row * chunks + c : nullptr, &norms[1]);\n",
      "", "MARK(6, c);"),
