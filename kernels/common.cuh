@@ -647,6 +647,11 @@ __device__ inline unsigned load_acquire(const unsigned* p) {
     asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+__device__ inline unsigned long long load_acquire(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
 
 // After this block wrote a chunk's partials (`wrote`: this thread wrote some): counts the chunk;
 // true (for the whole block) when it was the line's last, so this block merges the line.

@@ -114,10 +114,7 @@ template <typename C> __device__ inline void publish_norm(double* p, C m, C scal
 }
 template <typename C> __device__ inline void wait_norm(const double* p, C& m, C& scale) {
     unsigned long long w;
-    for (;; __nanosleep(100)) {
-        asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-        if (w) break;
-    }
+    while (!(w = load_acquire(reinterpret_cast<const unsigned long long*>(p)))) __nanosleep(100);
     if constexpr (sizeof(C) == 4) {
         m = __uint_as_float(unsigned(w));
         scale = __uint_as_float(unsigned(w >> 32));
