@@ -160,7 +160,14 @@ BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FU
 # 0.89 against 0.96 / 0.94 / 0.93 / 0.89; bfloat16 65536 / 131072 / 262144 / 524288 0.95 / 0.94
 # / 0.92 / 0.85 against 0.93 / 0.90 / 0.88 / 0.83 (run s6-4, 32 KiB: 0.94 / 0.94 / 0.93). 32 KiB
 # alone sends float32 262144 and bfloat16 524288 to 128 KiB slices (0.69, 0.59); 128 KiB first
-# (s6-4): 0.60 to 0.76.
+# (s6-4): 0.60 to 0.76. CLUSTER_MIN_BYTES was 64 KiB until run s20-6 (H200, 2026-12-01, forced
+# block against forced cluster, the two rounds of three without outliers, us; clusters of 2):
+# float32 12288 (48 KiB) 133.97, 133.95 against 133.47, 133.34; float32 16384 (64 KiB) 134.66,
+# 134.27 against 133.41, 133.62; bfloat16 24576 / 32768 (48 / 64 KiB) 70.91, 71.06 / 71.49,
+# 71.60 against 70.19, 70.50 / 70.45, 70.40; float16 the same 70.67, 70.82 / 71.33, 71.36 against
+# 70.21, 70.34 / 70.66, 70.53. Rows of 32 KiB and less stay in blocks: bfloat16 / float16 16384
+# 70.06, 70.26 / 75.14 (a noisy round), 70.06 against 70.61, 70.58 / 70.80, 70.45; 12288 (24 KiB)
+# block 70.05, 69.89 against 72.02, 71.76.
 #
 # Past those limits, the smallest size whose slices let CLUSTER_BLOCKS_PER_SM blocks share an SM
 # (slices of up to 112 KiB on the H200); rows that no size allows that go online (a forced
@@ -174,7 +181,7 @@ BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FU
 CLUSTER_SIZES = (2, 4, 8, 16)
 PORTABLE_CLUSTER = 8
 CLUSTER_SLICE_BYTES = (32 * 1024, 64 * 1024)
-CLUSTER_MIN_BYTES = 64 * 1024
+CLUSTER_MIN_BYTES = 32 * 1024
 CLUSTER_BLOCKS_PER_SM = 2
 # Longer rows: the largest cluster, each block holding what two blocks an SM allow and reading the
 # rest of its slice (its spill) twice, in blocks of SPILL_THREADS; the policy takes it while the
