@@ -166,8 +166,8 @@ BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FU
 # 134.27 against 133.41, 133.62; bfloat16 24576 / 32768 (48 / 64 KiB) 70.91, 71.06 / 71.49,
 # 71.60 against 70.19, 70.50 / 70.45, 70.40; float16 the same 70.67, 70.82 / 71.33, 71.36 against
 # 70.21, 70.34 / 70.66, 70.53. Rows of 32 KiB and less stay in blocks: bfloat16 / float16 16384
-# 70.06, 70.26 / 75.14 (a noisy round), 70.06 against 70.61, 70.58 / 70.80, 70.45; 12288 (24 KiB)
-# block 70.05, 69.89 against 72.02, 71.76.
+# 70.06, 70.26 / 75.14 (a noisy round), 70.06 against 70.61, 70.58 / 70.80, 70.45; bfloat16 12288
+# (24 KiB) 70.05, 69.89 against 72.02, 71.76.
 #
 # Past those limits, the smallest size whose slices let CLUSTER_BLOCKS_PER_SM blocks share an SM
 # (slices of up to 112 KiB on the H200); rows that no size allows that go online (a forced
