@@ -140,14 +140,16 @@ template <typename C> struct Norm {
     int skip;
 };
 
-// Thread 0 waits for the row's merge and hands its Norm over through `slot` (one barrier);
-// `kept`: the chunk's held elements (none where null), written before the count that the merge
-// followed.
+// Thread 0 waits for the row's merge and hands its Norm over through `slot` (one barrier), the
+// scale times shift_fix(m) (1 where m fails shift_ok), as the writes' exps are shifted where it
+// passes; `kept`: the chunk's held elements (none where null), written before the count that the
+// merge followed.
 template <typename C>
 __device__ inline Norm<C> row_norm(const double* row_stats, const unsigned* kept, Norm<C>* slot) {
     if (threadIdx.x == 0) {
         Norm<C> r{};
         wait_norm(row_stats, r.m, r.scale);
+        r.scale *= shift_fix(r.m);
         r.skip = kept ? int(*kept) : 0;
         *slot = r;
     }
@@ -164,7 +166,7 @@ __device__ inline void online_write(const T* xc, T* yc, int n, const double* row
     const Norm<C> r = row_norm<C>(row_stats, kept, slot);
     const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
     if (shift_ok(r.m))
-        write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale * shift_fix(r.m));
+        write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale);
     else
         write_run<false, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale);
 }
@@ -185,7 +187,7 @@ __device__ inline void write_held_run(const T* held, T* yc, int keep, C m, C sca
 template <typename T, int V, typename C>
 __device__ inline void online_write_held(const T* held, T* yc, int keep, const Norm<C>& r) {
     if (shift_ok(r.m))
-        write_held_run<true, T, V>(held, yc, keep, r.m, r.scale * shift_fix(r.m));
+        write_held_run<true, T, V>(held, yc, keep, r.m, r.scale);
     else
         write_held_run<false, T, V>(held, yc, keep, r.m, r.scale);
 }
