@@ -176,6 +176,38 @@ template <typename T, int V> struct Staged {
             write_by<false>(y, left, m, scale);
     }
 
+    // Double keeps each term of its sum, exp(x - m), in place of x (sum_kept), and its writes
+    // scale the kept terms (write_kept): one exp of double an element (some twenty FP64
+    // instructions) in place of two. The same bits as sum<false> and, where the scale is that of
+    // m, write<false>. Evidence: H200, 2026-12-01, run s21-4 (two rounds, fraction of copy,
+    // float64 rows, against exp in both walks): block rows of 1024 / 2048 / 4096 0.99, 1.00 /
+    // 0.99, 0.98 / 0.93 each against 0.77 each / 0.76 each / 0.73, 0.72; cluster rows of 8192 /
+    // 16384 / 32768 / 65536 / 131072 0.90 / 0.85 / 0.84, 0.83 / 0.77 / 0.64 against 0.68 / 0.64
+    // / 0.63 / 0.58 / 0.51, 0.52.
+    __device__ C sum_kept(C m) const {
+        C part = 0;
+        for (int k = first; k < count; k += stride) {
+            C v[V];
+            unpack(load_pack<T, V>(s + k * V), v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                v[j] = fast_exp(v[j] - m);
+                part += v[j];
+            }
+            store_pack<T, V>(s + k * V, pack_out<T, V>(v));
+        }
+        return part;
+    }
+    __device__ void write_kept(T* y, long long left, C scale) const {
+        for (int k = first; k < count; k += stride) {
+            C v[V];
+            unpack(load_pack<T, V>(s + k * V), v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j] *= scale;
+            store_row_pack<T, V>(y, (long long)k * V, left, v);
+        }
+    }
+
   private:
     template <bool SHIFTED> __device__ C sum_by(C m) const {
         const C shift = shift_of(m);
@@ -245,6 +277,13 @@ constexpr int FUSED_SCRATCH = 100 * sizeof(acc_t);
 // an SM (at most 64 registers a thread).
 constexpr int SPILL_THREADS = 512;
 
+// exp(base - m): what turns a block's kept terms exp(x - base) (base = sum_base(mine), mine the
+// block's max) into exp(x - m) for the row's max m; 0 where the block held only -inf (its terms
+// are 0, and stay 0 unless the scale is inf or NaN, which makes the row NaN anyway).
+template <typename C> __device__ inline C kept_fix(C mine, C base, C m) {
+    return mine == neg_inf<C>() ? C(0) : fast_exp(base - m);
+}
+
 // Rows first, first + step, ... with this block holding slice `rank` of CL of each row's packs.
 // A block reduces its slice to (max, sum of exp against that max); a cluster merges the blocks'
 // pairs once a row, sent to each other (Mail: no cluster barrier a row). SPILL: the block holds
@@ -287,8 +326,9 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         // 2026-11-30, run s17-2 (two rounds, fraction of copy, against exp(x - m) in both walks):
         // bfloat16 / float16 rows of 524288 0.85, 0.85 / 0.85, 0.85 against 0.84, 0.84 / 0.84,
         // 0.83; the spill kernel (float32 524288) 0.76 each against 0.78, 0.77, so it keeps them.
-        constexpr bool SHIFT = !SPILL;
-        const C base = sum_base(m), part = st.template sum<SHIFT>(base);
+        constexpr bool SHIFT = !SPILL, KEEP = !SPILL && sizeof(C) == 8;  // KEEP: sum_kept
+        const C mine_m = m, base = sum_base(m);
+        const C part = KEEP ? st.sum_kept(base) : st.template sum<SHIFT>(base);
         acc_t dt = acc_t(CL > 1 && SHIFT ? part * shift_fix(base) : part);
         if constexpr (SPILL) dt += sum_at(sp.m, sp.d, m);
         acc_t d = block_reduce(dt, scratch, SumOp());
@@ -300,7 +340,10 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         // The held packs (SHIFT: by exp_shifted against m, with shift_fix(m) in a cluster's scale;
         // a lone block's shift cancels against its sum's).
         const C scale = scale_of(d, C());
-        st.template write<SHIFT>(y + row * ldy + k0 * V, left, m, CL > 1 && SHIFT ? scale * shift_fix(m) : scale);
+        if constexpr (KEEP)  // the kept terms exp(x - base) times exp(base - m): 1 where base is m
+            st.write_kept(y + row * ldy + k0 * V, left, scale * kept_fix(mine_m, base, m));
+        else
+            st.template write<SHIFT>(y + row * ldy + k0 * V, left, m, CL > 1 && SHIFT ? scale * shift_fix(m) : scale);
         if constexpr (SPILL)  // the spill read again
             write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V), spill, m, scale);
     }
