@@ -192,34 +192,34 @@ def _dtype(cupy, name):
     return np.dtype(name)
 
 
-def _host_overhead(cupy, peers):
-    """Host microseconds per call on a tiny input (4 x 256 float32), launches not awaited."""
+def _host_overhead(cupy, peers, rounds=7, calls=2000):
+    """Host microseconds per call on a tiny input (4 x 256 float32), launches not awaited: the
+    best round of each implementation, their rounds taken in turn (so a drift of the host's
+    speed during the measurement reaches every implementation alike)."""
     import cusoftmax
 
     x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
-    calls = {"cusoftmax": lambda: cusoftmax.softmax(x)}
+    fns = {"cusoftmax": lambda: cusoftmax.softmax(x)}
     if "torch" in peers:
         import torch
 
         t = torch.from_dlpack(x)
-        calls["torch"] = lambda: torch.softmax(t, dim=-1)
+        fns["torch"] = lambda: torch.softmax(t, dim=-1)
     if "cupyx" in peers:
         import cupyx.scipy.special as cs
 
-        calls["cupyx"] = lambda: cs.softmax(x, axis=-1)
-    out = {}
-    for name, fn in calls.items():
-        for _ in range(200):
-            fn()
-        cupy.cuda.Device().synchronize()
-        best = math.inf
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(2000):
+        fns["cupyx"] = lambda: cs.softmax(x, axis=-1)
+    out = dict.fromkeys(fns, math.inf)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            for _ in range(200):
                 fn()
-            best = min(best, (time.perf_counter() - t0) / 2000 * 1e6)
             cupy.cuda.Device().synchronize()
-        out[name] = best
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out[name] = min(out[name], (time.perf_counter() - t0) / calls * 1e6)
+            cupy.cuda.Device().synchronize()
     return out
 
 
