@@ -143,6 +143,19 @@ TILES_ROWS = (1, 2, 4, 8)
 # 0.01 (and float32 4096, 128 threads both times: 0.983, 0.981 against 0.976, 0.974, the noise).
 # The slab keeps at least SLAB_MIN_THREADS.
 BLOCK_THREADS = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512), (math.inf, 1024))
+# Float64 (8-byte) rows and slices take their own table: half the threads from 16 KiB to 64 KiB.
+# Evidence: H200, 2026-12-01 (two rounds each, fraction of copy, float64 rows, the block kernel to
+# 4096 and clusters past it). Run s21-8, this table against BLOCK_THREADS: 1024 / 2048 / 4096 /
+# 8192 / 16384 / 32768 / 65536 / 131072 1.006, 0.999 / 0.991, 0.993 / 0.967, 0.965 / 0.971,
+# 0.967 / 0.917, 0.928 / 0.910, 0.905 / 0.847 each / 0.799, 0.795 against 1.001, 1.004 / 0.991,
+# 0.995 / 0.929, 0.931 / 0.903, 0.902 / 0.846, 0.847 / 0.843, 0.840 / 0.769 each / 0.644, 0.641;
+# twice BLOCK_THREADS' threads up to 32 KiB lost everywhere (0.35 to 0.87). Run s21-9: 64 threads
+# up to 16 KiB lost the rows of 2048 (0.977, 0.968 against 0.989, 0.987), 64 up to 32 KiB and
+# 128 up to 64 KiB lost from 4096 on (0.61 to 0.79). A likely reason, not measured: these
+# kernels keep 56 registers a thread for float64 (ptxas, sm_90), so at BLOCK_THREADS' 256 and 512
+# threads the registers, not the shared memory, cap the blocks an SM (4 of 32 KiB where 6 fit,
+# 2 of 64 KiB where 3 fit), and with them the bytes in flight.
+BLOCK_THREADS_FLOAT64 = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 128), (64 * 1024, 256), (math.inf, 1024))
 BLOCK_SCRATCH = 100 * 8  # bytes ahead of the row: scratch, cluster exchange (FUSED_SCRATCH in kernels/)
 
 # Cluster rows (sm_90 and newer): cluster sizes tried in order, up to the device's maximum (8
@@ -558,13 +571,14 @@ def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
     return Plan("tiles", vec, launch, width=width)
 
 
-def _threads_for(slice_bytes):
-    return next(t for limit, t in BLOCK_THREADS if slice_bytes <= limit)
+def _threads_for(slice_bytes, itemsize):
+    table = BLOCK_THREADS_FLOAT64 if itemsize == 8 else BLOCK_THREADS
+    return next(t for limit, t in table if slice_bytes <= limit)
 
 
 def _block(rows, cols, itemsize, vec) -> Plan:
     row_bytes = _padded_bytes(cols, itemsize, vec)
-    launch = Launch("softmax_block", (vec,), min(MAX_GRID, rows), _threads_for(row_bytes),
+    launch = Launch("softmax_block", (vec,), min(MAX_GRID, rows), _threads_for(row_bytes, itemsize),
                     BLOCK_SCRATCH + row_bytes)
     return Plan("block", vec, launch)
 
@@ -601,7 +615,7 @@ def _shared_slice_bytes(limits) -> int:
 def _cluster(rows, cols, itemsize, vec, size) -> Plan:
     slice_bytes = _slice_bytes(cols, itemsize, vec, size)
     grid = min(MAX_GRID // size, rows) * size
-    launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes),
+    launch = Launch("softmax_cluster", (vec, size), grid, _threads_for(slice_bytes, itemsize),
                     BLOCK_SCRATCH + slice_bytes)
     return Plan("cluster", vec, launch)
 
@@ -735,7 +749,7 @@ def _slab_shape(n, inner, itemsize, vec, limits):
 def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
     strips = math.ceil(inner / (width * vec))
     slice_bytes = _slab_slice_bytes(n, width, vec, itemsize, size)
-    threads = min(SLAB_MAX_THREADS, max(SLAB_MIN_THREADS, _threads_for(slice_bytes)))
+    threads = min(SLAB_MAX_THREADS, max(SLAB_MIN_THREADS, _threads_for(slice_bytes, itemsize)))
     grid = min(outer * strips, MAX_GRID // size) * size
     smem = _slab_scratch(size, width * vec) + slice_bytes
     launch = Launch("softmax_slab", (vec, size), grid, threads, smem)

@@ -67,14 +67,20 @@ def test_thresholds_come_from_the_device(limits, itemsize):
 
 
 def test_threads_by_bytes_held():
-    """Block rows take the first BLOCK_THREADS entry that holds them; the slab never goes below
+    """Block rows take the first BLOCK_THREADS (float64: BLOCK_THREADS_FLOAT64) entry that holds
+    them, cluster blocks the entry of their slice; the slab never goes below
     SLAB_MIN_THREADS, whatever the table gives its slices."""
     for cols, threads in ((2048, 64), (2049, 128), (4096, 128), (8192, 256), (16384, 512), (32768, 1024)):
         p = rows_plan(cols, 4, 4, limits=A100)  # no clusters: the block kernel up to its limit
         assert (p.method, p.launch.block) == ("block", threads), (cols, p)
+    for cols, threads in ((1024, 64), (2048, 128), (4096, 128), (8192, 256), (16384, 1024)):
+        p = rows_plan(cols, 8, 2, limits=A100)  # float64: BLOCK_THREADS_FLOAT64
+        assert (p.method, p.launch.block) == ("block", threads), (cols, p)
+    p = rows_plan(65536, 8, 2)  # a float64 cluster row: 16 slices of 32 KiB
+    assert (p.method, p.launch.template[1], p.launch.block) == ("cluster", 16, 128), p
     small = d.plan(Layout(1, 100, 64, (0, 64), (0, 64)), 4, (0, 0), H200)  # axis 0 of 100 x 64
     size = small.launch.template[1]
-    assert small.method == "slab" and d._threads_for(d._slab_slice_bytes(100, small.width, 4, 4, size)) == 64
+    assert small.method == "slab" and d._threads_for(d._slab_slice_bytes(100, small.width, 4, 4, size), 4) == 64
     assert small.launch.block == d.SLAB_MIN_THREADS
 
 
