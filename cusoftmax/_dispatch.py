@@ -103,6 +103,19 @@ REGISTERS_SHORT_THREADS = 128  # the most threads a block of short rows may have
 # 0.97 / 0.97, float32 0.97 / 0.97 / 0.96 / 0.96 / 0.97. So 16 elements.
 WARP_LANE_VALUES = 16
 WARP_MAX_ROWS = 4
+# Float64 rows of one pack a lane take about WARP_LANE_VALUES_FLOAT64_ONE_PACK values a lane (two
+# rows a lane group at 16-byte packs, where WARP_LANE_VALUES gives four). Evidence: H200,
+# 2026-12-01, run s21-12 (two rounds, fraction of copy, then torch's time over ours), 4 values
+# against 16: rows of 4 / 8 / 16 / 32 / 64 0.981, 0.980 / 0.972, 0.976 / 0.973, 0.972 / 0.949,
+# 0.939 / 0.916, 0.922 (torch 1.056, 1.053 / 1.078 each / 1.145, 1.141 / 1.161 each / 0.957,
+# 0.959) against 0.787, 0.785 / 0.786, 0.788 / 0.784 each / 0.782 each / 0.909, 0.917 (torch
+# 0.846, 0.847 / 0.869, 0.872 / 0.921, 0.922 / 0.971, 0.970 / 0.947, 0.946). Rows of more packs a
+# lane lost with fewer values (128: 8 values 0.695, 0.692 against 0.973, 0.979; 256: 4 or 8
+# values 0.47 each against 0.938, 0.928), so they keep WARP_LANE_VALUES. ptxas (sm_90): at four
+# rows a lane group, the one-pack float64 rows of up to 16 lanes take 72 registers and spill 48
+# bytes. Run s21-11 (2**25 elements): eight rows a lane group lost at 2 to 32 (0.45 to 0.87
+# against 0.52 to 0.95).
+WARP_LANE_VALUES_FLOAT64_ONE_PACK = 4
 # Grid: at most WARP_WAVES full residencies of the block size (2048 threads an SM, whatever the
 # registers allow); units loop over rows. Evidence: H200, 2026-11-30 (eighth session, runs s8-1
 # and s8-2, 2**26 elements), fraction of copy at widths 32 / 64 / 128 / 256 / 512 / 1024 / 2048
@@ -480,7 +493,7 @@ def templates(itemsize: int, clusters: bool = True):
         for width in (1 << k for k in range(6)):  # short rows: a pack per lane below 32 lanes
             per_lane = 1
             while per_lane * vec <= (REGISTERS_MAX_PER_LANE if width == 32 else vec):
-                yield "softmax_registers", (vec, per_lane, _short_batch(per_lane, vec), width)
+                yield "softmax_registers", (vec, per_lane, _short_batch(per_lane, vec, itemsize), width)
                 per_lane *= 2
         yield "softmax_registers", (vec, REGISTERS_WIDE_VALUES // vec, 0, 0)  # several warps
         for rows in TILES_ROWS:
@@ -523,30 +536,32 @@ def _slice_bytes(cols, itemsize, vec, size):
     return math.ceil(math.ceil(cols / vec) / size) * vec * itemsize
 
 
-def _registers_shape(cols, vec):
+def _registers_shape(cols, vec, itemsize):
     """(lanes per row, packs per lane, rows per lane group: 0 for rows of several warps), or
     None when the row does not fit REGISTERS_MAX_LANES lanes of REGISTERS_MAX_PER_LANE values."""
     packs = math.ceil(cols / vec)
     if cols <= SHORT_COLS:
         width = _short_width(packs)
         per_lane = _pow2_at_least(math.ceil(packs / width))
-        return width, per_lane, _short_batch(per_lane, vec)
+        return width, per_lane, _short_batch(per_lane, vec, itemsize)
     per_lane = REGISTERS_WIDE_VALUES // vec
     width = _pow2_at_least(math.ceil(packs / per_lane))
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
 
 
-def _short_batch(per_lane, vec):
+def _short_batch(per_lane, vec, itemsize):
     """Rows per lane group per iteration for short rows: about WARP_LANE_VALUES elements per
-    lane, at most WARP_MAX_ROWS."""
+    lane (WARP_LANE_VALUES_FLOAT64_ONE_PACK for float64 rows of one pack a lane), at most
+    WARP_MAX_ROWS."""
+    values = WARP_LANE_VALUES_FLOAT64_ONE_PACK if itemsize == 8 and per_lane == 1 else WARP_LANE_VALUES
     batch = 1
-    while batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec <= WARP_LANE_VALUES:
+    while batch < WARP_MAX_ROWS and 2 * batch * per_lane * vec <= values:
         batch *= 2
     return batch
 
 
-def _registers(rows, cols, vec, limits) -> Plan:
-    width, per_lane, batch = _registers_shape(cols, vec)
+def _registers(rows, cols, itemsize, vec, limits) -> Plan:
+    width, per_lane, batch = _registers_shape(cols, vec, itemsize)
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
     # lanes at compile time (their shuffles unroll); wide rows (batch 0) take them at run time.
     template = (vec, per_lane, batch, width if batch else 0)
@@ -760,12 +775,12 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
     if method == "registers" or (method is None and (
             cols <= REGISTERS_MAX_COLS or cols * itemsize <= REGISTERS_MAX_BYTES)):
-        if _registers_shape(cols, vec) is None:
+        if _registers_shape(cols, vec, itemsize) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
                 f"{REGISTERS_MAX_PER_LANE} values; {cols} elements in packs of {vec} do not fit"
             )
-        return _registers(rows, cols, vec, limits)
+        return _registers(rows, cols, itemsize, vec, limits)
     if method == "tiles" or (method is None and cols * itemsize <= TILES_MAX_BYTES):
         plan = _tiles(rows, cols, itemsize, vec, limits)
         if plan is None:

@@ -133,6 +133,14 @@ def test_registers_shape():
     assert (p.width, p.launch.template) == (32, (4, 2, 2, 32))
     p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
     assert (p.width, p.launch.template) == (32, (1, 1, d.WARP_MAX_ROWS, 32))
+    # float64 rows of one pack a lane: two rows per group (4 values a lane); of more packs, as
+    # the other types (rows of 128: 2 packs a lane, four rows per group, 16 values)
+    assert d.WARP_LANE_VALUES_FLOAT64_ONE_PACK == 4
+    for cols, lanes in ((2, 1), (10, 8), (32, 16), (64, 32)):
+        p = rows_plan(cols, 8, 2)
+        assert (p.width, p.launch.template) == (lanes, (2, 1, 2, lanes)), (cols, p)
+    assert rows_plan(32, 8, 1).launch.template == (1, 1, 4, 32)  # scalar packs: 4 values a lane
+    assert rows_plan(128, 8, 2).launch.template == (2, 2, 4, 32)
     p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
     assert (p.width, p.launch.template) == (32, (1, 32, 1, 32))
     p = rows_plan(1024, 2, 8, method="registers")
