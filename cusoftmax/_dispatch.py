@@ -113,8 +113,9 @@ WARP_MAX_ROWS = 4
 # lane lost with fewer values (128: 8 values 0.695, 0.692 against 0.973, 0.979; 256: 4 or 8
 # values 0.47 each against 0.938, 0.928), so they keep WARP_LANE_VALUES. ptxas (sm_90): at four
 # rows a lane group, the one-pack float64 rows of up to 16 lanes take 72 registers and spill 48
-# bytes. Run s21-11 (2**25 elements): eight rows a lane group lost at 2 to 32 (0.45 to 0.87
-# against 0.52 to 0.95).
+# bytes. Run s21-11 (2**25 elements, two rounds): eight rows a lane group against four lost at
+# 2, 8, 10, 16, 24 and 32 (0.45 to 0.87 against 0.52 to 0.95) and gained 0.02 at 4 (0.80 each
+# against 0.78, 0.79).
 WARP_LANE_VALUES_FLOAT64_ONE_PACK = 4
 # Grid: at most WARP_WAVES full residencies of the block size (2048 threads an SM, whatever the
 # registers allow); units loop over rows. Evidence: H200, 2026-11-30 (eighth session, runs s8-1
