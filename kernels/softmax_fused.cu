@@ -185,6 +185,7 @@ template <typename T, int V> struct Staged {
     // 16384 / 32768 / 65536 / 131072 0.90 / 0.85 / 0.84, 0.83 / 0.77 / 0.64 against 0.68 / 0.64
     // / 0.63 / 0.58 / 0.51, 0.52.
     __device__ C sum_kept(C m) const {
+        static_assert(sizeof(T) == sizeof(C), "kept terms are stored exactly, in the compute type");
         C part = 0;
         for (int k = first; k < count; k += stride) {
             C v[V];
@@ -328,7 +329,11 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         // 0.83; the spill kernel (float32 524288) 0.76 each against 0.78, 0.77, so it keeps them.
         constexpr bool SHIFT = !SPILL, KEEP = !SPILL && sizeof(C) == 8;  // KEEP: sum_kept
         const C mine_m = m, base = sum_base(m);
-        const C part = KEEP ? st.sum_kept(base) : st.template sum<SHIFT>(base);
+        C part;
+        if constexpr (KEEP)
+            part = st.sum_kept(base);
+        else
+            part = st.template sum<SHIFT>(base);
         acc_t dt = acc_t(CL > 1 && SHIFT ? part * shift_fix(base) : part);
         if constexpr (SPILL) dt += sum_at(sp.m, sp.d, m);
         acc_t d = block_reduce(dt, scratch, SumOp());
