@@ -187,48 +187,48 @@ template <typename T, int V> struct Staged {
     __device__ C sum_kept(C m) const {
         static_assert(sizeof(T) == sizeof(C), "kept terms are stored exactly, in the compute type");
         C part = 0;
-        for (int k = first; k < count; k += stride) {
-            C v[V];
-            unpack(load_pack<T, V>(s + k * V), v);
+        each([&](int k, C(&v)[V]) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
                 v[j] = fast_exp(v[j] - m);
                 part += v[j];
             }
             store_pack<T, V>(s + k * V, pack_out<T, V>(v));
-        }
+        });
         return part;
     }
     __device__ void write_kept(T* y, long long left, C scale) const {
-        for (int k = first; k < count; k += stride) {
-            C v[V];
-            unpack(load_pack<T, V>(s + k * V), v);
+        each([&](int k, C(&v)[V]) {
 #pragma unroll
             for (int j = 0; j < V; ++j) v[j] *= scale;
             store_row_pack<T, V>(y, (long long)k * V, left, v);
-        }
+        });
     }
 
   private:
-    template <bool SHIFTED> __device__ C sum_by(C m) const {
-        const C shift = shift_of(m);
-        C part = 0;
+    // f(k, v) for each of this thread's packs k, v its values in the compute type.
+    template <typename F> __device__ void each(F&& f) const {
         for (int k = first; k < count; k += stride) {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
+            f(k, v);
+        }
+    }
+    template <bool SHIFTED> __device__ C sum_by(C m) const {
+        const C shift = shift_of(m);
+        C part = 0;
+        each([&](int, C(&v)[V]) {
 #pragma unroll
             for (int j = 0; j < V; ++j) part += exp_by<SHIFTED>(v[j], m, shift);
-        }
+        });
         return part;
     }
     template <bool SHIFTED> __device__ void write_by(T* y, long long left, C m, C scale) const {
         const C shift = shift_of(m);
-        for (int k = first; k < count; k += stride) {
-            C v[V];
-            unpack(load_pack<T, V>(s + k * V), v);
+        each([&](int k, C(&v)[V]) {
             normalize<SHIFTED>(v, m, shift, scale);
             store_row_pack<T, V>(y, (long long)k * V, left, v);
-        }
+        });
     }
 };
 
