@@ -3,7 +3,10 @@
 Read top-down, the choice is::
 
     rows of at most REGISTERS_MAX_COLS elements or
-    REGISTERS_MAX_BYTES                            -> "registers" row in registers, 1 read + 1 write
+    REGISTERS_MAX_BYTES                            -> "registers" row in a warp's registers, 1 read
+                                                                  + 1 write
+    rows of 16-byte packs of at most
+    REGISTERS_WIDE_MAX_BYTES                       -> "registers" row in a block's registers
     rows of at most TILES_MAX_BYTES                -> "tiles"     short rows staged per warp in
                                                                   shared memory, 1 read + 1 write
     rows of at most CLUSTER_MIN_BYTES that fit one
@@ -56,12 +59,13 @@ SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit on
 # / 0.75, 1024 0.93 / 0.96 / 0.98, 2048 0.91 / 0.98 / 0.99; bfloat16 512 0.85 / 0.82 / 0.48,
 # 1024 0.75 / 0.92 / 0.69, 2048 0.73 / 0.95 / 0.91, 4096 0.64 / 0.91 / 0.98; rows of 32 to 256
 # within 0.02 of each other in both kernels (float32 from 128 up). Rows of several warps in
-# registers never won (bfloat16 4096: 0.64, float32 16384: 0.73).
+# registers never won then (bfloat16 4096: 0.64, float32 16384: 0.73; a block looping over rows
+# at 64 registers a thread); a row a block at 32 registers does (REGISTERS_WIDE_MAX_BYTES).
 # Fifth session, run 5, registers / tiles: rows of 1024, bfloat16 0.98 / 0.94, float16 0.98 /
 # 0.95, float32 0.96 / 0.96; rows of 512, bfloat16 0.96 / 0.90, float16 0.97 / 0.90, float32
 # 0.93 / 0.90. Hence rows of up to REGISTERS_MAX_BYTES (1024 half-type elements) in registers too.
-# Rows of exactly 4 KiB go to the block kernel (so TILES_MAX_BYTES is 4095: rows shorter than
-# 4 KiB). Evidence: H200, 2026-11-30, run s11-5, three rounds each, fraction of copy / Triton's
+# Rows of exactly 4 KiB went to the block kernel (so TILES_MAX_BYTES is 4095: rows shorter than
+# 4 KiB; now the wide registers rows take those of 16-byte packs). Evidence: H200, 2026-11-30, run s11-5, three rounds each, fraction of copy / Triton's
 # time over ours, tiles against block: float32 1024 0.97, 0.97, 0.99 / 0.97, 0.98, 0.97 against
 # 1.00, 1.01, 0.99 / 1.00, 1.00, 0.99; bfloat16 2048 0.97, 0.96, 0.96 / 0.97, 0.96, 0.97 against
 # 0.97, 0.97, 0.97 / 0.98, 0.98, 0.98; float16 2048 0.95, 0.96, 0.96 / 0.97, 0.96, 0.97 against
@@ -70,13 +74,30 @@ SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit on
 REGISTERS_MAX_COLS = 512
 REGISTERS_MAX_BYTES = 2048
 TILES_MAX_BYTES = 4095
-# Rows longer than one warp holds: REGISTERS_WIDE_VALUES values per lane, up to
-# REGISTERS_MAX_LANES lanes (blocks of up to 1024 threads, so at most 64 registers per thread).
-# Evidence: ptxas (sm_90) spills every 32-value instantiation under that cap (up to 1 KiB of
-# stack); 16 values fit in 56 to 64 registers without spills.
+# Wide rows (longer than the short rows above, so more than a warp's): REGISTERS_WIDE_VALUES
+# values per lane, a row a block of whole warps, up to REGISTERS_MAX_LANES lanes. Evidence:
+# ptxas (sm_90): at 16 values and 16-byte packs the kernel fits its bounds' 32 registers a thread
+# (float32, bfloat16) without spills, so 2048 threads an SM; 32 values spilled under 64 (up to 1
+# KiB of stack). The default takes rows of 16-byte packs of up to REGISTERS_WIDE_MAX_BYTES there
+# (before: the tiles kernel, then the block kernel at 4 KiB). Evidence: H200, 2026-12-01. Run
+# s22-5, a probe kernel (a row a block of 128 threads, 16-byte packs, one barrier a reduction)
+# reached Triton's time (Triton's over its: bfloat16 2048 1.005, 1.006, 1.002; float16 2048
+# 1.000, 1.000, 0.997) where the policy's block kernel did not (0.997, 0.993, 0.991; 0.992,
+# 0.990, 0.989); 64 threads: float32 1024 1.004, 1.000, 1.009 against 0.995, 0.992, 0.997.
+# Run s22-6 (two rounds; us, this kernel by the policy against the kernel the policy took
+# before, forced): float32 576 130.5, 130.3 against tiles 132.6, 133.5; 768 130.1, 130.3
+# against 131.8, 133.3; 1024 129.9, 130.5 against block 131.1, 133.2 (s22-1, the policy's block:
+# 130.7, 130.9, 130.6, 130.9); bfloat16 1536 68.2, 68.9 against tiles 69.5 each; 2048 68.1 each
+# against block 68.7, 68.5 (s22-1: 68.5, 68.4, 68.6, 68.6; Triton's time over ours now 1.000,
+# 0.999, before 0.988 to 0.994); float16 1536 68.4, 68.7 against 69.6 each; 2048 68.3, 68.2
+# against 68.7, 68.8. Longer rows, forced against the policy's block kernel: bfloat16 3072 68.1
+# each against 68.9 each, 4096 68.8, 69.1 against 69.1 each, 8192 71.8, 71.6 against 69.6 each;
+# float16 3072 68.3, 69.0 against 68.9, 68.8; float32 1536 130.1, 133.8 against 130.4, 130.5,
+# 2048 131.3, 136.3 against 130.8, 130.9; so the block kernel keeps them.
 REGISTERS_WIDE_VALUES = 16
-# Threads per block of the registers kernel (at least a row's lanes; its short rows take at most
-# 128, its __launch_bounds__). Evidence: H200, 2026-11-30, run s18-10 (two rounds, fraction of
+REGISTERS_WIDE_MAX_BYTES = 4096
+# Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
+# wide row's block is its lanes). Evidence: H200, 2026-11-30, run s18-10 (two rounds, fraction of
 # copy, then torch's time over ours), 64 against 128: float32 64 / 128 / 256 / 512 0.987, 0.981 /
 # 1.001 (0.988), 0.982 (1.010) / 1.004 (0.997), 1.002 (1.006) / 0.987, 1.002 against 0.972, 0.965
 # / 0.965 (0.983), 0.990 (0.988) / 0.975 (0.990), 0.970 (0.988) / 0.970, 0.966; bfloat16 1024
@@ -493,7 +514,7 @@ def templates(itemsize: int, clusters: bool = True):
     for vec in (1 << k for k in range((16 // itemsize).bit_length())):
         for width in (1 << k for k in range(6)):  # short rows: a pack per lane below 32 lanes
             per_lane = 1
-            while per_lane * vec <= (REGISTERS_MAX_PER_LANE if width == 32 else vec):
+            while per_lane * vec <= (_short_cols(itemsize) // 32 if width == 32 else vec):
                 yield "softmax_registers", (vec, per_lane, _short_batch(per_lane, vec, itemsize), width)
                 per_lane *= 2
         yield "softmax_registers", (vec, REGISTERS_WIDE_VALUES // vec, 0, 0)  # several warps
@@ -537,16 +558,22 @@ def _slice_bytes(cols, itemsize, vec, size):
     return math.ceil(math.ceil(cols / vec) / size) * vec * itemsize
 
 
+def _short_cols(itemsize):
+    """The longest short row (one warp's, shuffles only): the rows the policy takes to the
+    registers kernel by REGISTERS_MAX_COLS and REGISTERS_MAX_BYTES, at most SHORT_COLS."""
+    return min(SHORT_COLS, max(REGISTERS_MAX_COLS, REGISTERS_MAX_BYTES // itemsize))
+
+
 def _registers_shape(cols, vec, itemsize):
     """(lanes per row, packs per lane, rows per lane group: 0 for rows of several warps), or
-    None when the row does not fit REGISTERS_MAX_LANES lanes of REGISTERS_MAX_PER_LANE values."""
+    None when the row does not fit REGISTERS_MAX_LANES lanes of REGISTERS_WIDE_VALUES values."""
     packs = math.ceil(cols / vec)
-    if cols <= SHORT_COLS:
+    if cols <= _short_cols(itemsize):
         width = _short_width(packs)
         per_lane = _pow2_at_least(math.ceil(packs / width))
         return width, per_lane, _short_batch(per_lane, vec, itemsize)
     per_lane = REGISTERS_WIDE_VALUES // vec
-    width = _pow2_at_least(math.ceil(packs / per_lane))
+    width = 32 * math.ceil(packs / (32 * per_lane))  # whole warps
     return (width, per_lane, 0) if width <= REGISTERS_MAX_LANES else None
 
 
@@ -564,10 +591,13 @@ def _short_batch(per_lane, vec, itemsize):
 def _registers(rows, cols, itemsize, vec, limits) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec, itemsize)
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
-    # lanes at compile time (their shuffles unroll); wide rows (batch 0) take them at run time.
-    template = (vec, per_lane, batch, width if batch else 0)
-    block = max(WARP_BLOCK, width)
-    grid = _looped_grid(rows, block // width * max(1, batch), block, limits)
+    # lanes at compile time (their shuffles unroll), and their units loop over rows; wide rows
+    # (batch 0) take them at run time, a row a block, a block a row (as the block kernel).
+    if batch:
+        template, block = (vec, per_lane, batch, width), WARP_BLOCK
+        grid = _looped_grid(rows, block // width * batch, block, limits)
+    else:
+        template, block, grid = (vec, per_lane, 0, 0), width, min(MAX_GRID, rows)
     launch = Launch("softmax_registers", template, grid, block)
     return Plan("registers", vec, launch, width=width)
 
@@ -774,12 +804,12 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
-    if method == "registers" or (method is None and (
-            cols <= REGISTERS_MAX_COLS or cols * itemsize <= REGISTERS_MAX_BYTES)):
+    if method == "registers" or (method is None and (cols <= _short_cols(itemsize) or (
+            cols * itemsize <= REGISTERS_WIDE_MAX_BYTES and vec * itemsize == 16))):
         if _registers_shape(cols, vec, itemsize) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
-                f"{REGISTERS_MAX_PER_LANE} values; {cols} elements in packs of {vec} do not fit"
+                f"{REGISTERS_WIDE_VALUES} values; {cols} elements in packs of {vec} do not fit"
             )
         return _registers(rows, cols, itemsize, vec, limits)
     if method == "tiles" or (method is None and cols * itemsize <= TILES_MAX_BYTES):

@@ -350,42 +350,35 @@ __device__ inline R group_reduce(R v, int width, Op op) {  // over aligned group
 }
 
 // Block-wide reduce. `scratch` holds at least 32 R in shared memory. Every thread folds the
-// per-warp values in warp order, so all threads get the same bits. Two barriers: the second lets
-// the caller reuse scratch at once.
+// per-warp values in warp order, so all threads get the same bits. One barrier: no thread may
+// write `scratch` again until every thread has passed a later barrier (a caller alternating two
+// scratch areas has that from its other reduction's barrier).
 template <typename R, typename Op>
-__device__ inline R block_reduce(R v, R* scratch, Op op) {
+__device__ inline R block_reduce_once(R v, R* scratch, Op op) {
     v = group_reduce(v, 32, op);
     if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
     __syncthreads();
     R r = scratch[0];
     for (int w = 1; w < int(blockDim.x >> 5); ++w) r = op(r, scratch[w]);
+    return r;
+}
+// The same, with a second barrier so that the caller may reuse scratch at once.
+template <typename R, typename Op>
+__device__ inline R block_reduce(R v, R* scratch, Op op) {
+    const R r = block_reduce_once(v, scratch, op);
     __syncthreads();
     return r;
 }
 
-// Reduce over aligned groups of `width` lanes, a power of two up to the block size, RR values
-// (rows) per lane at once. Up to 32 lanes (WIDE false): shuffles, the rows' shuffles of one
-// level issued together so their latencies overlap. Above (WIDE, one row): shuffles, then the
-// group's warps fold their values from `scratch` (one slot per warp) in warp order; every
-// thread of the block must call it then.
-template <bool WIDE, int RR, typename R, typename Op>
-__device__ inline void lanes_reduce_rows(R (&v)[RR], int width, R* scratch, Op op) {
-    if constexpr (!WIDE) {
+// Reduce over aligned groups of W lanes (a power of two up to 32), RR values (rows) per lane
+// at once, by shuffles: the rows' shuffles of one level issued together so that their
+// latencies overlap.
+template <int W, int RR, typename R, typename Op>
+__device__ inline void lanes_reduce_rows(R (&v)[RR], Op op) {
 #pragma unroll
-        for (int o = width / 2; o > 0; o >>= 1)
+    for (int o = W / 2; o > 0; o >>= 1)
 #pragma unroll
-            for (int r = 0; r < RR; ++r) v[r] = op(v[r], __shfl_xor_sync(0xffffffffu, v[r], o));
-    } else {
-        static_assert(RR == 1, "rows of several warps: one per lane group");
-        R x = group_reduce(v[0], 32, op);
-        const int warp = threadIdx.x >> 5, first = warp & ~(width / 32 - 1);
-        if ((threadIdx.x & 31) == 0) scratch[warp] = x;
-        __syncthreads();
-        x = scratch[first];
-        for (int w = first + 1; w < first + width / 32; ++w) x = op(x, scratch[w]);
-        __syncthreads();
-        v[0] = x;
-    }
+        for (int r = 0; r < RR; ++r) v[r] = op(v[r], __shfl_xor_sync(0xffffffffu, v[r], o));
 }
 
 // The (m, d) of each aligned group of `width` lanes (a power of two up to 32), every lane getting

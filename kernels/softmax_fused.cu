@@ -2,11 +2,11 @@
 // (2 * itemsize bytes of DRAM traffic per element, the floor for any softmax).
 //
 //   softmax_registers<T, V, P, R, W>  row in registers: W lanes (a power of two up to 32;
-//                           W = 0: `width` lanes, up to the block size) share a row, each
-//                           holding P packs of V elements; rows of up to lanes * P * V elements.
-//                           R rows per lane group per iteration (several rows per warp when
-//                           W < 32) keep enough loads in flight for short rows; R = 0 marks
-//                           wide rows (more than 32 lanes, 16 values per lane), which reduce
+//                           W = 0: `width` lanes, a multiple of 32 up to 1024) share a row,
+//                           each holding P packs of V elements; rows of up to lanes * P * V
+//                           elements. R rows per lane group per iteration (several rows per
+//                           warp when W < 32) keep enough loads in flight for short rows; R = 0
+//                           marks wide rows (more than 32 lanes), a row a block, which reduce
 //                           through shared memory.
 //   softmax_tiles<T, V, R>  short rows staged in shared memory by asynchronous copies: each
 //                           warp stages a tile of rows (R per lane group) before reducing any.
@@ -57,76 +57,61 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
     }
 }
 
-// R >= 1: rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R
-// rows per lane group, blocks of up to 128 threads. R = 0 (W = 0): rows of more than 32 lanes
-// (`width` of them), one per lane group, blocks of up to 1024 threads (so at most 64 registers
-// per thread: P * V = 16 values fit without spills). Rows of at most 1024 * 16 elements, so
-// column offsets fit an int.
+// Rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R rows per
+// lane group per iteration, blocks of up to 128 threads. The loop runs per warp, not per row:
+// every lane runs the same iterations, so the shuffles stay converged. A group takes R rows per
+// iteration (rows g, g + groups, ...), all loads issued first, and loads the next iteration's
+// packs, as bits, before working on this one's, so loads stay in flight while it computes.
 template <typename T, int V, int P, int R, int W>
-__global__ void __launch_bounds__(R ? 128 : 1024)
-    softmax_registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
-                      int width) {
+__device__ inline void short_rows(const T* x, T* y, long long rows, int cols, long long ldx,
+                                  long long ldy) {
     using C = compute_t<T>;
-    __shared__ C scratch[32];  // per-warp values when a row spans several warps
-    // The threads that loop together: a warp for rows of up to 32 lanes (shuffles only), the
-    // whole block for wider rows (their reductions meet at barriers).
-    constexpr bool WIDE = R == 0;
-    constexpr int RR = WIDE ? 1 : R;  // rows per group per iteration
-    static_assert(WIDE == (W == 0), "short rows name their lanes, wide rows take `width`");
-    const int lanes = WIDE ? width : W;
-    const int unit = WIDE ? int(blockDim.x) : 32;
-    const int sub = threadIdx.x & (lanes - 1);
-    const int groups = unit / lanes;  // rows per unit per iteration (times RR)
-    const int group = (WIDE ? threadIdx.x : threadIdx.x & 31) / lanes;
-    const long long u = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / unit;
-    const long long units = ((long long)gridDim.x * blockDim.x) / unit;
-    // Loop per unit, not per row: every thread runs the same iterations, so shuffles stay
-    // converged and barriers are reached by all. A group takes R rows per iteration (rows g,
-    // g + groups, ...), all loads issued first. Short rows (R >= 1) load the next iteration's
-    // packs, as bits, before working on this one's, so loads stay in flight while it computes.
-    const long long stride = units * groups * RR;
-    auto load = [&](long long first, word_t<T, V>(&raw)[RR][P]) {
+    const int sub = threadIdx.x & (W - 1);
+    constexpr int groups = 32 / W;  // rows per warp per iteration (times R)
+    const int group = (threadIdx.x & 31) / W;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const long long stride = ((long long)gridDim.x * blockDim.x) / 32 * groups * R;
+    auto load = [&](long long first, word_t<T, V>(&raw)[R][P]) {
 #pragma unroll
-        for (int r = 0; r < RR; ++r) {
+        for (int r = 0; r < R; ++r) {
             // A row past the end loads the last row again (never written).
             const long long row = min(first + (long long)r * groups + group, rows - 1);
             const T* xr = x + row * ldx;
 #pragma unroll
-            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, (p * lanes + sub) * V, cols, neg_inf<C>());
+            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, (p * W + sub) * V, cols, neg_inf<C>());
         }
     };
-    word_t<T, V> raw[RR][P];  // as words: see load_row_word
-    long long first = u * groups * RR;
-    if (!WIDE && first < rows) load(first, raw);
+    word_t<T, V> raw[R][P];  // as words: see load_row_word
+    long long first = warp * groups * R;
+    if (first < rows) load(first, raw);
     for (; first < rows; first += stride) {
-        if (WIDE) load(first, raw);
-        C v[RR][P][V], m[RR], d[RR];
+        C v[R][P][V], m[R], d[R];
 #pragma unroll
-        for (int r = 0; r < RR; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int p = 0; p < P; ++p) unpack_word<T, V>(raw[r][p], v[r][p]);
-        if (!WIDE) load(first + stride, raw);  // past the end: the last row again, unused
+        load(first + stride, raw);  // past the end: the last row again, unused
 #pragma unroll
-        for (int r = 0; r < RR; ++r) {
+        for (int r = 0; r < R; ++r) {
             m[r] = neg_inf<C>();
 #pragma unroll
             for (int p = 0; p < P; ++p)
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[r] = fmax(m[r], v[r][p][j]);
         }
-        lanes_reduce_rows<WIDE>(m, lanes, scratch, MaxOp());
-        // exp in place and the sums: at most 32 terms per lane, then a tree over at most 1024
+        lanes_reduce_rows<W>(m, MaxOp());
+        // exp in place and the sums: at most 32 terms per lane, then a tree over at most 32
         // lanes, so a float sum stays far inside 1e-5. Padding (-inf) gives 0.
         bool shifted = true;
 #pragma unroll
-        for (int r = 0; r < RR; ++r) shifted = shifted && shift_ok(m[r]);
+        for (int r = 0; r < R; ++r) shifted = shifted && shift_ok(m[r]);
         if (shifted)
             exp_rows<true>(v, m, d);
         else
             exp_rows<false>(v, m, d);
-        lanes_reduce_rows<WIDE>(d, lanes, scratch, SumOp());
+        lanes_reduce_rows<W>(d, SumOp());
 #pragma unroll
-        for (int r = 0; r < RR; ++r) {
+        for (int r = 0; r < R; ++r) {
             const long long row = first + (long long)r * groups + group;
             if (row >= rows) break;
             const C scale = scale_of(d[r], C());
@@ -135,9 +120,71 @@ __global__ void __launch_bounds__(R ? 128 : 1024)
             for (int p = 0; p < P; ++p) {
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[r][p][j] *= scale;
-                store_row_pack<T, V>(yr, (p * lanes + sub) * V, cols, v[r][p]);
+                store_row_pack<T, V>(yr, (p * W + sub) * V, cols, v[r][p]);
             }
         }
+    }
+}
+
+// Rows of more than 32 lanes: a row a block (lanes = blockDim.x, a multiple of 32), rows
+// blockIdx.x, blockIdx.x + gridDim.x, ...; lane t holds packs t, t + lanes, ... (P of them).
+// The two reductions meet at one barrier each, in scratch areas of their own.
+template <typename T, int V, int P>
+__device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, long long ldx,
+                                 long long ldy) {
+    using C = compute_t<T>;
+    __shared__ C scratch[2][32];
+    const int lanes = int(blockDim.x), t = int(threadIdx.x);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * ldx;
+        C v[1][P][V], m[1], d[1];
+#pragma unroll
+        for (int p = 0; p < P; ++p) unpack_word<T, V>(load_row_word<T, V>(xr, (p * lanes + t) * V, cols, neg_inf<C>()), v[0][p]);
+        C mine = neg_inf<C>();
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int j = 0; j < V; ++j) mine = fmax(mine, v[0][p][j]);
+        m[0] = block_reduce_once(mine, scratch[0], MaxOp());
+        // At most 16 terms per lane, then trees over at most 1024 lanes: a float sum stays far
+        // inside 1e-5. Padding (-inf) gives 0.
+        if (shift_ok(m[0]))
+            exp_rows<true>(v, m, d);
+        else
+            exp_rows<false>(v, m, d);
+        const C scale = scale_of(block_reduce_once(d[0], scratch[1], SumOp()), C());
+        T* yr = y + row * ldy;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[0][p][j] *= scale;
+            store_row_pack<T, V>(yr, (p * lanes + t) * V, cols, v[0][p]);
+        }
+    }
+}
+
+// Blocks of wide rows resident an SM by their bounds: two of 1024 threads (at most 32 registers
+// a thread) for 16-byte packs of types of up to 4 bytes, else one (ptxas, sm_90: at 32 registers
+// the narrower packs spill 36 to 340 bytes, double's 16-byte packs too; at 64 none but double's
+// 16 bytes). Evidence: H200, 2026-12-01, run s22-6 (see REGISTERS_WIDE_MAX_BYTES in
+// cusoftmax/_dispatch.py).
+template <typename T, int V> constexpr int WIDE_BLOCKS = sizeof(T) < 8 && sizeof(T) * V == 16 ? 2 : 1;
+
+// R >= 1: short rows (short_rows), W lanes a row, blocks of up to 128 threads. R = 0 (W = 0):
+// wide rows (wide_rows), `width` lanes a row and a block, at most 1024 (rows of at most 1024 *
+// P * V elements, so column offsets fit an int). Short rows state no blocks an SM (0): with an
+// explicit 1, ptxas laid out their code otherwise and bfloat16 rows of 32 and 1024 lost 4 to 5%
+// (H200, 2026-12-01, run s22-6: 71.7 to 72.7 us against 68.8 to 69.3).
+template <typename T, int V, int P, int R, int W>
+__global__ void __launch_bounds__(R ? 128 : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
+    softmax_registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
+                      int width) {
+    static_assert((R == 0) == (W == 0), "short rows name their lanes, wide rows take `width`");
+    if constexpr (R == 0) {
+        if (int(blockDim.x) != width) __trap();  // a row a block
+        wide_rows<T, V, P>(x, y, rows, cols, ldx, ldy);
+    } else {
+        short_rows<T, V, P, R, W>(x, y, rows, cols, ldx, ldy);
     }
 }
 

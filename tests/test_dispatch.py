@@ -26,13 +26,21 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     past_block = "cluster" if limits.clusters else "online"
     reg_top = max(d.REGISTERS_MAX_COLS, d.REGISTERS_MAX_BYTES // itemsize)
     tiles_top = d.TILES_MAX_BYTES // itemsize
+    wide_top = d.REGISTERS_WIDE_MAX_BYTES // itemsize  # wide rows of 16-byte packs
     cases = [
         (1, "registers"), (2, "registers"), (3, "registers"), (reg_top - 1, "registers"),
-        (reg_top, "registers"), (max(reg_top, tiles_top) + 1, "block"), (top + 1, past_block),
-        (2**31 + 7, "online"),
+        (reg_top, "registers"), (max(reg_top, tiles_top, wide_top) + 1, "block"),
+        (top + 1, past_block), (2**31 + 7, "online"),
     ]
-    if tiles_top > reg_top:
-        cases += [(reg_top + 1, "tiles"), (tiles_top, "tiles")]
+    if wide_top > reg_top:
+        cases += [(reg_top + 1, "registers"), (wide_top, "registers")]
+        # narrower packs: the tiles kernel below 4 KiB, the block kernel at 4 KiB
+        half = vec // 2
+        assert rows_plan(reg_top + 1, itemsize, half, limits).method == "tiles"
+        assert rows_plan(tiles_top, itemsize, half, limits).method == "tiles"
+        assert rows_plan(wide_top, itemsize, half, limits).method == "block"
+    else:
+        assert tiles_top <= reg_top  # float64: no row between the short rows and the block
     if limits.clusters:
         htop, ctop = cluster_held_cols(limits, itemsize, vec), cluster_policy_cols(limits, itemsize, vec)
         cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
@@ -141,19 +149,28 @@ def test_registers_shape():
         assert (p.width, p.launch.template) == (lanes, (2, 1, 2, lanes)), (cols, p)
     assert rows_plan(32, 8, 1).launch.template == (1, 1, 4, 32)  # scalar packs: 4 values a lane
     assert rows_plan(128, 8, 2).launch.template == (2, 2, 4, 32)
-    p = rows_plan(517, 4, 1, method="registers")  # 517 scalars: 32 lanes, 32 per lane (17 covers them, rounded to 32)
-    assert (p.width, p.launch.template) == (32, (1, 32, 1, 32))
-    p = rows_plan(1024, 2, 8, method="registers")
+    p = rows_plan(512, 4, 1, method="registers")  # 512 scalars: 32 lanes, 16 per lane
+    assert (p.width, p.launch.template) == (32, (1, 16, 1, 32))
+    p = rows_plan(1024, 2, 8, method="registers")  # 2 KiB of bfloat16: a warp, 32 values a lane
     assert (p.width, p.launch.template) == (32, (8, 4, 1, 32))
     big = rows_plan(32, 4, 4, rows=2**30)
     assert big.launch.grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
     # short rows: blocks within the kernel's __launch_bounds__ (a larger block fails to launch)
     assert big.launch.block == d.WARP_BLOCK <= d.REGISTERS_SHORT_THREADS
-    # wide rows: 16 values per lane, lanes a power of two, a block per row up to 1024 lanes
-    p = rows_plan(5000, 2, 8, method="registers")
-    assert (p.width, p.launch.template, p.launch.block) == (512, (8, 2, 0, 0), 512)
-    p = rows_plan(1025, 4, 4, method="registers")
-    assert (p.width, p.launch.template, p.launch.block) == (128, (4, 4, 0, 0), 128)
+    # wide rows (past the short rows): 16 values per lane, whole warps, a row a block, a block a
+    # row, up to 1024 lanes
+    assert d.REGISTERS_WIDE_VALUES == 16
+    p = rows_plan(5000, 2, 8, method="registers")  # 625 packs, 2 a lane: 313 lanes, 10 warps
+    assert (p.width, p.launch.template, p.launch.block) == (320, (8, 2, 0, 0), 320)
+    p = rows_plan(1025, 4, 4, method="registers")  # 257 packs, 4 a lane: 65 lanes, 3 warps
+    assert (p.width, p.launch.template, p.launch.block) == (96, (4, 4, 0, 0), 96)
+    p = rows_plan(517, 4, 1, method="registers")  # 517 scalars, 16 a lane: 33 lanes, 2 warps
+    assert (p.width, p.launch.template, p.launch.block) == (64, (1, 16, 0, 0), 64)
+    p = rows_plan(1024, 4, 4, rows=2**30)  # the policy's: 4 KiB of float32 in 16-byte packs
+    assert (p.method, p.width, p.launch.template) == ("registers", 64, (4, 4, 0, 0))
+    assert (p.launch.block, p.launch.grid) == (64, 2**30)
+    assert rows_plan(2048, 2, 8).launch.block == 128  # 4 KiB of bfloat16
+    assert rows_plan(1024, 4, 4, rows=2**32).launch.grid == d.MAX_GRID  # blocks loop past it
     top = d.REGISTERS_MAX_LANES * d.REGISTERS_WIDE_VALUES
     assert rows_plan(top, 8, 2, method="registers").width == d.REGISTERS_MAX_LANES
     with pytest.raises(ValueError, match="registers"):
