@@ -93,7 +93,11 @@ TILES_MAX_BYTES = 4095
 # against 68.7, 68.8. Longer rows, forced against the policy's block kernel: bfloat16 3072 68.1
 # each against 68.9 each, 4096 68.8, 69.1 against 69.1 each, 8192 71.8, 71.6 against 69.6 each;
 # float16 3072 68.3, 69.0 against 68.9, 68.8; float32 1536 130.1, 133.8 against 130.4, 130.5,
-# 2048 131.3, 136.3 against 130.8, 130.9; so the block kernel keeps them.
+# 2048 131.3, 136.3 against 130.8, 130.9; so the block kernel keeps them. Run s22-9 (two rounds,
+# us, this kernel by the policy against forced tiles) past the short rows: float32 520 131.2,
+# 131.1 against 135.2 each; 600 132.1, 131.8 against 135.4 each; 700 132.5, 131.7 against 144.5,
+# 138.0; 1000 131.6, 131.5 against 135.1, 135.0; bfloat16 2000 68.8, 68.4 against 71.0 each;
+# float16 2000 68.9, 68.8 against 71.1, 71.0.
 REGISTERS_WIDE_VALUES = 16
 REGISTERS_WIDE_MAX_BYTES = 4096
 # Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
