@@ -65,9 +65,10 @@ SHORT_COLS = 32 * REGISTERS_MAX_PER_LANE  # rows up to this many elements fit on
 # 0.95, float32 0.96 / 0.96; rows of 512, bfloat16 0.96 / 0.90, float16 0.97 / 0.90, float32
 # 0.93 / 0.90. Hence rows of up to REGISTERS_MAX_BYTES (1024 half-type elements) in registers too.
 # Rows of exactly 4 KiB went to the block kernel (so TILES_MAX_BYTES is 4095: rows shorter than
-# 4 KiB; now the wide registers rows take those of 16-byte packs). Evidence: H200, 2026-11-30, run s11-5, three rounds each, fraction of copy / Triton's
-# time over ours, tiles against block: float32 1024 0.97, 0.97, 0.99 / 0.97, 0.98, 0.97 against
-# 1.00, 1.01, 0.99 / 1.00, 1.00, 0.99; bfloat16 2048 0.97, 0.96, 0.96 / 0.97, 0.96, 0.97 against
+# 4 KiB; now the wide registers rows take those of 16-byte packs). Evidence: H200, 2026-11-30,
+# run s11-5, three rounds each, fraction of copy / Triton's time over ours, tiles against block:
+# float32 1024 0.97, 0.97, 0.99 / 0.97, 0.98, 0.97 against 1.00, 1.01, 0.99 / 1.00, 1.00, 0.99;
+# bfloat16 2048 0.97, 0.96, 0.96 / 0.97, 0.96, 0.97 against
 # 0.97, 0.97, 0.97 / 0.98, 0.98, 0.98; float16 2048 0.95, 0.96, 0.96 / 0.97, 0.96, 0.97 against
 # 0.97, 0.98, 0.97 / 0.98, 0.98, 0.98. Shorter rows: tiles ahead (runs s5-8, s5-9: float32 768
 # 0.92 / 0.94, 544 0.97 / 0.71; bfloat16 1792 1.00 / 0.96, 1088 0.98 / 0.74).
