@@ -5,8 +5,11 @@ Read top-down, the choice is::
     rows of at most REGISTERS_MAX_COLS elements or
     REGISTERS_MAX_BYTES                            -> "registers" row in a warp's registers, 1 read
                                                                   + 1 write
-    rows of 16-byte packs of at most
-    REGISTERS_WIDE_MAX_BYTES                       -> "registers" row in a block's registers
+    longer rows of 16-byte packs of at most
+    REGISTERS_WIDE_MAX_BYTES (an SM's blocks holding
+    REGISTERS_WIDE_MIN_RESIDENT_BYTES of rows), or
+    of up to REGISTERS_WIDE_NARROW_VEC elements a
+    pack and REGISTERS_WIDE_NARROW_MAX_COLS        -> "registers" row in a block's registers
     rows of at most TILES_MAX_BYTES                -> "tiles"     short rows staged per warp in
                                                                   shared memory, 1 read + 1 write
     rows of at most CLUSTER_MIN_BYTES that fit one
@@ -99,8 +102,35 @@ TILES_MAX_BYTES = 4095
 # 131.1 against 135.2 each; 600 132.1, 131.8 against 135.4 each; 700 132.5, 131.7 against 144.5,
 # 138.0; 1000 131.6, 131.5 against 135.1, 135.0; bfloat16 2000 68.8, 68.4 against 71.0 each;
 # float16 2000 68.9, 68.8 against 71.1, 71.0.
+# Of those, a row whose lanes' blocks, as many as an SM holds (MAX_BLOCKS_PER_SM, 2048 threads),
+# hold fewer than REGISTERS_WIDE_MIN_RESIDENT_BYTES of rows stays with the tiles kernel. Evidence:
+# H200, 2026-12-01, run s22-11 (two rounds, us, forced registers against forced tiles; bfloat16
+# then float16; 96 lanes, so 21 blocks an SM): rows of 1032 (43 KiB on an SM) 76.7, 76.8 against
+# 73.2, 73.5; 77.9, 78.1 against 73.4, 73.5; 1088 (45 KiB) 73.9, 74.1 against 71.0, 71.3; 75.2,
+# 75.4 against 70.6 each; 1216 (50 KiB) 70.3, 70.1 against 69.9, 70.0; 71.0, 70.9 against 70.0,
+# 70.2; 1344 (55 KiB) 68.3, 68.2 against 70.0, 70.1; 68.2, 68.3 against 70.0, 70.2; 1408 to 1536
+# (58 to 63 KiB) 67.4 to 68.3 against 69.0 to 69.9. Float32 rows past 512 elements have 64 lanes,
+# 32 blocks an SM, at least 64 KiB.
+# Rows of narrower packs (REGISTERS_WIDE_NARROW_VEC elements or fewer, types of up to 4 bytes: rows
+# not 16-byte aligned) take the wide rows from the short rows' end up to
+# REGISTERS_WIDE_NARROW_MAX_COLS elements (at most 320 lanes: at 64 registers a thread, three
+# blocks an SM). Evidence: H200, 2026-12-01, run s22-11 (one round, us, forced registers against
+# the policy's kernel then; torch's time over the registers kernel's): float32 one element
+# (4 bytes) a pack: 517 177.1 against tiles 189.6 (torch 0.82), 777 145.9 against 183.2, 1001
+# 135.6 against 180.2, 2001 134.7 against block 171.8, 3001 145.9 against 163.8, 5001 157.3
+# against 171.4 (torch 1.34), 8001 (512 lanes, two blocks an SM) 163.5 against 165.9, 12001 226.8
+# against 161.5, 16001 215.8 against 158.5; two elements a pack: 1002 132.9 against 146.8, 3002
+# 132.9 against 145.5; bfloat16 one element a pack: 1025 156.6 against 222.7, 1537 140.9 against
+# 230.1 (torch's time over the tiles kernel's 0.69), 2001 125.4 against 246.7, 3001 139.8 against
+# 205.1, 5001 148.3 against 196.0, 9001 (576 lanes, one block an SM) 242.0 against block 204.1,
+# 16001 198.1 against 243.6; two a pack: 1030 111.1 against 121.6; four a pack (8 bytes, the tiles
+# and block kernels' copies are whole packs): 1100 87.4 against 82.7, 4100 93.1 against 75.8.
 REGISTERS_WIDE_VALUES = 16
 REGISTERS_WIDE_MAX_BYTES = 4096
+REGISTERS_WIDE_MIN_RESIDENT_BYTES = 52 * 1024
+REGISTERS_WIDE_NARROW_VEC = 2
+REGISTERS_WIDE_NARROW_MAX_COLS = 320 * REGISTERS_WIDE_VALUES
+MAX_BLOCKS_PER_SM = 32  # resident blocks an SM, sm_80 to sm_90
 # Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
 # wide row's block is its lanes). Evidence: H200, 2026-11-30, run s18-10 (two rounds, fraction of
 # copy, then torch's time over ours), 64 against 128: float32 64 / 128 / 256 / 512 0.987, 0.981 /
@@ -569,6 +599,19 @@ def _short_cols(itemsize):
     return min(SHORT_COLS, max(REGISTERS_MAX_COLS, REGISTERS_MAX_BYTES // itemsize))
 
 
+def _wide_default(cols, itemsize, vec):
+    """Whether the policy takes a row past the short rows to the registers kernel's wide rows."""
+    if itemsize > 4 or cols <= _short_cols(itemsize):
+        return False
+    if vec * itemsize < 16:
+        return vec <= REGISTERS_WIDE_NARROW_VEC and cols <= REGISTERS_WIDE_NARROW_MAX_COLS
+    if cols * itemsize > REGISTERS_WIDE_MAX_BYTES:
+        return False
+    lanes = _registers_shape(cols, vec, itemsize)[0]
+    resident = min(MAX_BLOCKS_PER_SM, 2048 // lanes)
+    return resident * cols * itemsize >= REGISTERS_WIDE_MIN_RESIDENT_BYTES
+
+
 def _registers_shape(cols, vec, itemsize):
     """(lanes per row, packs per lane, rows per lane group: 0 for rows of several warps), or
     None when the row does not fit REGISTERS_MAX_LANES lanes of REGISTERS_WIDE_VALUES values."""
@@ -809,8 +852,8 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
-    if method == "registers" or (method is None and (cols <= _short_cols(itemsize) or (
-            cols * itemsize <= REGISTERS_WIDE_MAX_BYTES and vec * itemsize == 16))):
+    if method == "registers" or (method is None and (
+            cols <= _short_cols(itemsize) or _wide_default(cols, itemsize, vec))):
         if _registers_shape(cols, vec, itemsize) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "

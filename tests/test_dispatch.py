@@ -33,14 +33,27 @@ def test_thresholds_come_from_the_device(limits, itemsize):
         (top + 1, past_block), (2**31 + 7, "online"),
     ]
     if wide_top > reg_top:
-        cases += [(reg_top + 1, "registers"), (wide_top, "registers")]
-        # narrower packs: the tiles kernel below 4 KiB, the block kernel at 4 KiB
-        half = vec // 2
-        assert rows_plan(reg_top + 1, itemsize, half, limits).method == "tiles"
-        assert rows_plan(tiles_top, itemsize, half, limits).method == "tiles"
-        assert rows_plan(wide_top, itemsize, half, limits).method == "block"
+        cases += [(wide_top, "registers")]
+        # Past the short rows, wide rows when an SM's blocks hold enough bytes of rows: float32
+        # from the first (64 lanes, 32 blocks an SM); half types from 1268 elements (96 lanes,
+        # 21 blocks an SM) to 1536, then from 1664 (128 lanes, 16 blocks).
+        assert d.REGISTERS_WIDE_MIN_RESIDENT_BYTES == 52 * 1024 and d.MAX_BLOCKS_PER_SM == 32
+        wide = {4: [(513, True)], 2: [(1025, False), (1267, False), (1268, True), (1536, True),
+                                      (1537, False), (1663, False), (1664, True)]}[itemsize]
+        cases += [(cols, "registers" if w else "tiles") for cols, w in wide]
+        # Rows of narrower packs: up to REGISTERS_WIDE_NARROW_VEC elements a pack, wide rows to
+        # REGISTERS_WIDE_NARROW_MAX_COLS; wider packs as before (tiles, then block at 4 KiB).
+        top_n = d.REGISTERS_WIDE_NARROW_MAX_COLS
+        for narrow in range(1, vec):
+            if narrow & (narrow - 1):
+                continue
+            expect = [("registers", "registers", "block"), ("tiles", "block", "block")][
+                narrow > d.REGISTERS_WIDE_NARROW_VEC]
+            got = tuple(rows_plan(c, itemsize, narrow, limits).method for c in (reg_top + 1, top_n, top_n + 1))
+            assert got == expect, (itemsize, narrow, got)
     else:
         assert tiles_top <= reg_top  # float64: no row between the short rows and the block
+        assert rows_plan(reg_top + 1, itemsize, 1, limits).method == "block"
     if limits.clusters:
         htop, ctop = cluster_held_cols(limits, itemsize, vec), cluster_policy_cols(limits, itemsize, vec)
         cases += [(between - 1, "block"), (between, "block"), (between + 1, "cluster"),
