@@ -79,7 +79,7 @@ for what in ${@:-tests sanitize bench}; do
         step host-launch bench.log env PYTHONPATH=. python3 tools/host_launch.py ;;
     # The tuning constants of cusoftmax/_dispatch.py against other values (tools/bench_variant.py).
     tune-short)
-        for v in WARP_LANE_VALUES=16 WARP_LANE_VALUES=8 WARP_LANE_VALUES=32 "REGISTERS_MAX_COLS=0 REGISTERS_MAX_BYTES=0"; do
+        for v in WARP_LANE_VALUES=16 WARP_LANE_VALUES=8 WARP_LANE_VALUES=32 "REGISTERS_MAX_COLS=0 REGISTERS_MAX_BYTES=0 REGISTERS_WIDE_MAX_BYTES=0"; do
             step "tune-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py $v -- \
                 --out "$OUT/tune-short" --repeat 15 --dtypes float32,bfloat16 --peers none --no-axis0 \
                 --no-long --widths 32,64,128,256,512,1024
