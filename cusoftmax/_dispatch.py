@@ -102,7 +102,7 @@ TILES_MAX_BYTES = 4095
 # 131.1 against 135.2 each; 600 132.1, 131.8 against 135.4 each; 700 132.5, 131.7 against 144.5,
 # 138.0; 1000 131.6, 131.5 against 135.1, 135.0; bfloat16 2000 68.8, 68.4 against 71.0 each;
 # float16 2000 68.9, 68.8 against 71.1, 71.0.
-# Of those, a row whose lanes' blocks, as many as an SM holds (MAX_BLOCKS_PER_SM, 2048 threads),
+# Of those, a row whose lanes' blocks, as many as an SM holds (MAX_BLOCKS_PER_SM, THREADS_PER_SM),
 # hold fewer than REGISTERS_WIDE_MIN_RESIDENT_BYTES of rows stays with the tiles kernel. Evidence:
 # H200, 2026-12-01, run s22-11 (two rounds, us, forced registers against forced tiles; bfloat16
 # then float16; 96 lanes, so 21 blocks an SM): rows of 1032 (43 KiB on an SM) 76.7, 76.8 against
@@ -131,6 +131,7 @@ REGISTERS_WIDE_MIN_RESIDENT_BYTES = 52 * 1024
 REGISTERS_WIDE_NARROW_VEC = 2
 REGISTERS_WIDE_NARROW_MAX_COLS = 320 * REGISTERS_WIDE_VALUES
 MAX_BLOCKS_PER_SM = 32  # resident blocks an SM, sm_80 to sm_90
+THREADS_PER_SM = 2048  # resident threads an SM, sm_80 to sm_90
 # Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
 # wide row's block is its lanes). Evidence: H200, 2026-11-30, run s18-10 (two rounds, fraction of
 # copy, then torch's time over ours), 64 against 128: float32 64 / 128 / 256 / 512 0.987, 0.981 /
@@ -584,7 +585,7 @@ def _short_width(packs):
 
 def _looped_grid(rows, rows_per_block, block, limits):
     """Blocks for kernels whose units loop over rows: at most WARP_WAVES full residencies."""
-    resident = limits.sm_count * (2048 // block) * WARP_WAVES
+    resident = limits.sm_count * (THREADS_PER_SM // block) * WARP_WAVES
     return min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
 
 
@@ -608,7 +609,7 @@ def _wide_default(cols, itemsize, vec):
     if cols * itemsize > REGISTERS_WIDE_MAX_BYTES:
         return False
     lanes = _registers_shape(cols, vec, itemsize)[0]
-    resident = min(MAX_BLOCKS_PER_SM, 2048 // lanes)
+    resident = min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // lanes)
     return resident * cols * itemsize >= REGISTERS_WIDE_MIN_RESIDENT_BYTES
 
 
@@ -771,7 +772,7 @@ def grid_shape(itemsize, vec, limits) -> tuple[int, int, int]:
     against the driver's count of resident blocks at launch)."""
     per = max(1, GRID_CHUNK_BYTES // (vec * itemsize))
     smem = BLOCK_SCRATCH + (GRID_AHEAD + GRID_LAG) * per * vec * itemsize
-    per_sm = min(2048 // GRID_THREADS, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + BLOCK_RESERVED))
+    per_sm = min(THREADS_PER_SM // GRID_THREADS, limits.smem_per_sm // (smem + GRID_STATIC_BYTES + BLOCK_RESERVED))
     return per, smem, (GRID_LAG + 1) * limits.sm_count * per_sm
 
 
