@@ -9,7 +9,10 @@ Read top-down, the choice is::
     REGISTERS_WIDE_MAX_BYTES (an SM's blocks holding
     REGISTERS_WIDE_MIN_RESIDENT_BYTES of rows), or
     of up to REGISTERS_WIDE_NARROW_VEC elements a
-    pack and REGISTERS_WIDE_NARROW_MAX_COLS        -> "registers" row in a block's registers
+    pack and REGISTERS_WIDE_NARROW_MAX_COLS, or off
+    16-byte boundaries with x's and y's rows alike
+    (their spans' 16-byte packs) and at most
+    REGISTERS_WIDE_SPAN_MAX_BYTES                  -> "registers" row in a block's registers
     rows of at most TILES_MAX_BYTES                -> "tiles"     short rows staged per warp in
                                                                   shared memory, 1 read + 1 write
     rows of at most CLUSTER_MIN_BYTES that fit one
@@ -34,6 +37,10 @@ Read top-down, the choice is::
                                                    -> "columns"   (m, d) per chunk of the axis,
                                                                   2 reads + 1 write, no transpose
     a strided reduced axis, short inner run        -> contiguous copy, then the row policy
+
+Rows off 16-byte boundaries whose x and y lie alike about them (contiguous rows of odd length)
+take 16-byte packs of each row's aligned span in the registers kernel's wide rows and the block
+and cluster kernels (the tiles, grid and online kernels keep the packs the rows' alignment allows).
 
 A forced ``method`` skips the choice (a forced "grid" takes any row whose chunks the resident
 blocks hold); a method that cannot run on the input (a row too long for
@@ -130,6 +137,16 @@ REGISTERS_WIDE_MAX_BYTES = 4096
 REGISTERS_WIDE_MIN_RESIDENT_BYTES = 52 * 1024
 REGISTERS_WIDE_NARROW_VEC = 2
 REGISTERS_WIDE_NARROW_MAX_COLS = 320 * REGISTERS_WIDE_VALUES
+# Rows off 16-byte boundaries whose x and y lie alike take their spans' 16-byte packs (plan_rows):
+# past the short rows, the wide rows up to these bytes a row (by element size), the block and
+# cluster kernels after them (the tiles kernel takes no spans). Evidence: H200, 2026-12-01, runs
+# s23-3 and s23-5 (us, forced registers against block, contiguous rows): float32 1001 131.9, 133.7
+# against 137.3, 139.3; 1537 132.3 against 137.8; 2001 131.8, 133.4 against 137.0, 138.5; 3001
+# 134.0 against 137.3; 4001 132.9, 134.3 against 137.7, 139.0; 5001 132.9, 135.1 against 137.8,
+# 139.7; bfloat16 1025 86.7 against 136.7; 1537 79.5 against 107.8; 2001 78.8 against 77.9; 2041
+# 76.3 against 76.4; 2049 83.4 against 94.3; 3001 84.4, 84.3 against 75.9, 75.4; 5001 87.9, 87.1
+# against 74.4, 74.5; 8001 85.2 against 73.8.
+REGISTERS_WIDE_SPAN_MAX_BYTES = {2: 4096, 4: REGISTERS_WIDE_NARROW_MAX_COLS * 4}
 MAX_BLOCKS_PER_SM = 32  # resident blocks an SM, sm_80 to sm_90
 THREADS_PER_SM = 2048  # resident threads an SM, sm_80 to sm_90
 # Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
@@ -600,10 +617,13 @@ def _short_cols(itemsize):
     return min(SHORT_COLS, max(REGISTERS_MAX_COLS, REGISTERS_MAX_BYTES // itemsize))
 
 
-def _wide_default(cols, itemsize, vec):
-    """Whether the policy takes a row past the short rows to the registers kernel's wide rows."""
+def _wide_default(cols, itemsize, vec, span=False):
+    """Whether the policy takes a row past the short rows to the registers kernel's wide rows
+    (span: rows off 16-byte boundaries that take their spans' 16-byte packs, see plan_rows)."""
     if itemsize > 4 or cols <= _short_cols(itemsize):
         return False
+    if span:
+        return cols * itemsize <= REGISTERS_WIDE_SPAN_MAX_BYTES[itemsize]
     if vec * itemsize < 16:
         return vec <= REGISTERS_WIDE_NARROW_VEC and cols <= REGISTERS_WIDE_NARROW_MAX_COLS
     if cols * itemsize > REGISTERS_WIDE_MAX_BYTES:
@@ -637,8 +657,12 @@ def _short_batch(per_lane, vec, itemsize):
     return batch
 
 
-def _registers(rows, cols, itemsize, vec, limits) -> Plan:
+def _registers(rows, cols, itemsize, vec, limits, span=False) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec, itemsize)
+    wide = 16 // itemsize
+    spanned = span and not batch and _registers_shape(cols + wide - 1, wide, itemsize)
+    if spanned:  # wide rows in their spans' 16-byte packs (kernels/softmax_fused.cu, wide_rows)
+        vec, (width, per_lane, batch) = wide, spanned
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
     # lanes at compile time (their shuffles unroll), and their units loop over rows; wide rows
     # (batch 0) take them at run time, a row a block, a block a row (as the block kernel).
@@ -851,16 +875,22 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
     return Plan("slab", vec, launch, width=width, lines=outer * strips)
 
 
-def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None) -> Plan:
-    """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned."""
+def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None,
+              span=False) -> Plan:
+    """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned. ``span``:
+    the rows are not all 16-byte aligned, but x's and y's lie alike about 16-byte boundaries;
+    then the registers kernel's wide rows and the block and cluster kernels take the 16-byte
+    packs of each row's aligned span, sized as rows of ``cols + 16 // itemsize - 1`` elements
+    (kernels/common.cuh, head_of)."""
+    span = span and vec * itemsize < 16
     if method == "registers" or (method is None and (
-            cols <= _short_cols(itemsize) or _wide_default(cols, itemsize, vec))):
+            cols <= _short_cols(itemsize) or _wide_default(cols, itemsize, vec, span))):
         if _registers_shape(cols, vec, itemsize) is None:
             raise ValueError(
                 f"method='registers' holds rows of at most {REGISTERS_MAX_LANES} lanes x "
                 f"{REGISTERS_WIDE_VALUES} values; {cols} elements in packs of {vec} do not fit"
             )
-        return _registers(rows, cols, itemsize, vec, limits)
+        return _registers(rows, cols, itemsize, vec, limits, span)
     if method == "tiles" or (method is None and cols * itemsize <= TILES_MAX_BYTES):
         plan = _tiles(rows, cols, itemsize, vec, limits)
         if plan is None:
@@ -870,20 +900,28 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 "bytes per block"
             )
         return plan
+    wide = 16 // itemsize  # span: the block and cluster kernels' packs; grid and online keep vec
+    svec, scols = (wide, cols + wide - 1) if span else (vec, cols)
+    return _on_chip(rows, cols, itemsize, vec, limits, method, svec, scols)
+
+
+def _on_chip(rows, cols, itemsize, vec, limits, method, svec, scols):
+    """plan_rows past the registers and tiles kernels: the block and cluster kernels plan rows
+    of ``scols`` elements in packs of ``svec``; the grid and online kernels, of ``cols`` in packs of
+    ``vec``."""
     shared = _shared_slice_bytes(limits)
-    size = _cluster_size(lambda s: _slice_bytes(cols, itemsize, vec, s), limits,
+    size = _cluster_size(lambda s: _slice_bytes(scols, itemsize, svec, s), limits,
                          smalls=(*CLUSTER_SLICE_BYTES, shared))
-    shares_sm = size is not None and _slice_bytes(cols, itemsize, vec, size) <= shared
-    one_block = fits_block(cols, itemsize, vec, limits)
-    row_bytes = _padded_bytes(cols, itemsize, vec)
+    shares_sm = size is not None and _slice_bytes(scols, itemsize, svec, size) <= shared
+    one_block = fits_block(scols, itemsize, svec, limits)
     if method == "block" or (method is None and one_block and (
-            size is None or row_bytes <= CLUSTER_MIN_BYTES)):
+            size is None or _padded_bytes(scols, itemsize, svec) <= CLUSTER_MIN_BYTES)):
         if not one_block:
             raise ValueError(
                 f"method='block' needs the row in shared memory: {cols} elements of {itemsize} "
                 f"bytes exceed the device's {limits.smem_per_block} bytes per block"
             )
-        return _block(rows, cols, itemsize, vec)
+        return _block(rows, scols, itemsize, svec)
     if method == "grid":
         spread = _grid_rows(rows, cols, itemsize, vec, limits)
         if spread is None:
@@ -894,7 +932,7 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"elements do not fit"
             )
         return spread
-    spilled = None if shares_sm else _spilled_cluster(rows, cols, itemsize, vec, limits)
+    spilled = None if shares_sm else _spilled_cluster(rows, scols, itemsize, svec, limits)
     if method == "cluster" or (method is None and (
             shares_sm or (spilled is not None and spilled[1] <= CLUSTER_SPILL_MAX))):
         if spilled is not None:
@@ -905,7 +943,8 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 f"device: {limits.capability}) and rows that leave each of its blocks fewer "
                 "than 2**31 elements to read twice"
             )
-        return _cluster(rows, cols, itemsize, vec, size)
+        return _cluster(rows, scols, itemsize, svec, size)
+    row_bytes = _padded_bytes(cols, itemsize, vec)
     if method is None and itemsize == GRID_ITEMSIZE and limits.clusters and row_bytes <= GRID_MAX_ROW_BYTES:
         spread = _grid_rows(rows, cols, itemsize, vec, limits)
         if spread is not None:
@@ -941,4 +980,5 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
     if not layout.rows:
         return None
     vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))
-    return plan_rows(layout.outer, layout.n, itemsize, vec, limits, method)
+    alike = (addresses[0] - addresses[1]) % 16 == 0 and (layout.xs[0] - layout.ys[0]) * itemsize % 16 == 0
+    return plan_rows(layout.outer, layout.n, itemsize, vec, limits, method, alike)

@@ -409,27 +409,55 @@ template <typename T> __device__ inline typename Traits<T>::B* bits(T* p) {
 // The type I itself, in a parameter that takes no part in deducing I.
 template <typename I> struct Same { using type = I; };
 
+// ---- rows in the packs of their aligned spans. A row that starts `head` elements past a 16-byte
+// boundary (head_of) is walked from that boundary: its span's 16-byte packs, with the row's
+// elements at columns head to head + cols - 1 (SPAN below: columns under `lo` lie outside, as
+// those past the end). Every pack but the first and the last is whole, so rows of any length
+// take 16-byte accesses where x's and y's rows lie alike about 16-byte boundaries (rows_alike).
+template <typename T> __device__ inline int head_of(const T* row) {
+    return int(reinterpret_cast<unsigned long long>(row) % 16 / sizeof(T));
+}
+template <typename T>
+__device__ inline bool rows_alike(const T* x, const T* y, long long ldx, long long ldy) {
+    return (reinterpret_cast<unsigned long long>(y) - reinterpret_cast<unsigned long long>(x)) % 16 == 0 &&
+           (ldx - ldy) * (long long)sizeof(T) % 16 == 0;
+}
+// Packs of V elements may walk rows in their spans where they are of 16 bytes (SPANS). in_spans:
+// whether they do, some row of x being off a 16-byte boundary; then a row's span may have V - 1
+// elements more than the row (the policy sizes shared memory alike), and x's and y's rows must
+// lie alike (the launcher's precondition; else a trap). Other rows take the plain paths.
+template <typename T, int V> constexpr bool SPANS = sizeof(T) * V == 16;
+template <typename T>
+__device__ inline bool in_spans(const T* x, const T* y, long long ldx, long long ldy) {
+    if (head_of(x) == 0 && ldx * (long long)sizeof(T) % 16 == 0) return false;
+    if (!rows_alike(x, y, ldx, ldy)) __trap();
+    return true;
+}
+
 // Loads the pack at column c of a row of `cols` elements as one word: one vector load when the
 // whole pack is inside the row, element loads for the pack that straddles the end, the bits of
-// `fill` past it. Offsets in the type of `cols` (int where a row is known to be short: 32-bit
-// compares). Kept as a word, a half-type pack stays in its load's registers; as V elements it
-// is cut into 16-bit pieces and glued again where the branches meet.
+// `fill` past it (SPAN: and before column `lo`). Offsets in the type of `cols` (int where a row is
+// known to be short: 32-bit compares). Kept as a word, a half-type pack stays in its load's
+// registers; as V elements it is cut into 16-bit pieces and glued again where the branches meet.
 template <typename T, int V> using word_t = typename Word<sizeof(T) * V>::type;
-template <typename T, int V, typename I, typename C>
-__device__ inline word_t<T, V> load_row_word(const T* row, typename Same<I>::type c, I cols, C fill) {
-    if (c + V <= cols) return *reinterpret_cast<const word_t<T, V>*>(row + c);
+template <typename T, int V, bool SPAN = false, typename I, typename C>
+__device__ inline word_t<T, V> load_row_word(const T* row, typename Same<I>::type c, I cols, C fill,
+                                             typename Same<I>::type lo = 0) {
+    if ((!SPAN || c >= lo) && c + V <= cols) return *reinterpret_cast<const word_t<T, V>*>(row + c);
     Pack<T, V> p;
 #pragma unroll
-    for (int j = 0; j < V; ++j) p.v[j] = (c + j < cols) ? bits(row)[c + j] : Traits<T>::out(fill);
+    for (int j = 0; j < V; ++j)
+        p.v[j] = ((!SPAN || c + j >= lo) && c + j < cols) ? bits(row)[c + j] : Traits<T>::out(fill);
     word_t<T, V> w;
     memcpy(&w, &p, sizeof w);
     return w;
 }
 
 // The same as a pack.
-template <typename T, int V, typename I, typename C>
-__device__ inline Pack<T, V> load_row_bits(const T* row, typename Same<I>::type c, I cols, C fill) {
-    const word_t<T, V> w = load_row_word<T, V>(row, c, cols, fill);
+template <typename T, int V, bool SPAN = false, typename I, typename C>
+__device__ inline Pack<T, V> load_row_bits(const T* row, typename Same<I>::type c, I cols, C fill,
+                                           typename Same<I>::type lo = 0) {
+    const word_t<T, V> w = load_row_word<T, V, SPAN>(row, c, cols, fill, lo);
     Pack<T, V> p;
     memcpy(&p, &w, sizeof p);
     return p;
@@ -461,29 +489,32 @@ __device__ inline void unpack(const Pack<T, V>& p, C (&out)[V]) {
     unpack_word<T, V>(w, out);
 }
 
-// Stages the pack at `src` in shared memory at `dst`, `left` of its elements inside the data
-// (at least 1): an asynchronous copy when the whole pack is inside (packs of 4 bytes or more),
-// else element loads with -inf past the end, stored at once.
-template <typename T, int V>
-__device__ inline void stage_pack(T* dst, const T* src, long long left) {
+// Stages the pack at `src` in shared memory at `dst`, the data's elements being those of the
+// pack from `lo` (SPAN; else 0) to `left` - 1: an asynchronous copy when the whole pack is
+// inside (packs of 4 bytes or more), else element loads with -inf outside, stored at once.
+template <typename T, int V, bool SPAN = false>
+__device__ inline void stage_pack(T* dst, const T* src, long long left, long long lo = 0) {
     constexpr int PB = sizeof(T) * V;  // bytes per pack
     if constexpr (PB >= 4) {
-        if (left >= V) {
+        if ((!SPAN || lo <= 0) && left >= V) {
             copy_async<PB>(dst, src);
             return;
         }
     }
-    store_pack<T, V>(dst, load_row_bits<T, V>(src, 0, left, neg_inf<compute_t<T>>()));
+    store_pack<T, V>(dst, load_row_bits<T, V, SPAN>(src, 0LL, left, neg_inf<compute_t<T>>(), lo));
 }
 
-template <typename T, int V, typename I, typename C>
-__device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, const C (&in)[V]) {
-    if (c + V <= cols) {
+// Stores a pack at column c of a row of `cols` elements: one vector store when it is whole
+// inside, else element stores of those inside (SPAN: from column `lo` on).
+template <typename T, int V, bool SPAN = false, typename I, typename C>
+__device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, const C (&in)[V],
+                                      typename Same<I>::type lo = 0) {
+    if ((!SPAN || c >= lo) && c + V <= cols) {
         store_pack_global<T, V>(row + c, pack_out<T, V>(in));
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j)
-            if (c + j < cols) bits(row)[c + j] = Traits<T>::out(in[j]);
+            if ((!SPAN || c + j >= lo) && c + j < cols) bits(row)[c + j] = Traits<T>::out(in[j]);
     }
 }
 

@@ -33,6 +33,9 @@
 //
 // Rows are `cols` contiguous elements; row r starts at x + r * ldx (y + r * ldy). V is chosen
 // by the dispatcher so that every row start is V-aligned; the last pack of a row may be partial.
+// Or, packs of 16 bytes where x's and y's rows lie alike about 16-byte boundaries but are not on
+// them: the registers kernel's wide rows and the block, cluster and spill kernels then walk each
+// row in the packs of its aligned span (kernels/common.cuh, head_of).
 // x may equal y (in place): every element is read before it is written, by the same thread, so
 // the pointers are not declared __restrict__.
 #include "common.cuh"
@@ -128,18 +131,21 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 
 // Rows of more than 32 lanes: a row a block (lanes = blockDim.x, a multiple of 32), rows
 // blockIdx.x, blockIdx.x + gridDim.x, ...; lane t holds packs t, t + lanes, ... (P of them).
-// The two reductions meet at one barrier each, in scratch areas of their own.
-template <typename T, int V, int P>
+// The two reductions meet at one barrier each, in scratch areas of their own. SPAN: rows in the
+// 16-byte packs of their aligned spans (head_of), lanes * P * V >= cols + V - 1.
+template <typename T, int V, int P, bool SPAN>
 __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, long long ldx,
                                  long long ldy) {
     using C = compute_t<T>;
     __shared__ C scratch[2][32];
     const int lanes = int(blockDim.x), t = int(threadIdx.x);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const T* xr = x + row * ldx;
+        const int head = SPAN ? head_of(x + row * ldx) : 0, end = head + cols;
+        const T* xr = x + row * ldx - head;
         C v[1][P][V], m[1], d[1];
 #pragma unroll
-        for (int p = 0; p < P; ++p) unpack_word<T, V>(load_row_word<T, V>(xr, (p * lanes + t) * V, cols, neg_inf<C>()), v[0][p]);
+        for (int p = 0; p < P; ++p)
+            unpack_word<T, V>(load_row_word<T, V, SPAN>(xr, (p * lanes + t) * V, end, neg_inf<C>(), head), v[0][p]);
         C mine = neg_inf<C>();
 #pragma unroll
         for (int p = 0; p < P; ++p)
@@ -153,12 +159,12 @@ __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, lon
         else
             exp_rows<false>(v, m, d);
         const C scale = scale_of(block_reduce_once(d[0], scratch[1], SumOp()), C());
-        T* yr = y + row * ldy;
+        T* yr = y + row * ldy - head;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
 #pragma unroll
             for (int j = 0; j < V; ++j) v[0][p][j] *= scale;
-            store_row_pack<T, V>(yr, (p * lanes + t) * V, cols, v[0][p]);
+            store_row_pack<T, V, SPAN>(yr, (p * lanes + t) * V, end, v[0][p], head);
         }
     }
 }
@@ -169,6 +175,15 @@ __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, lon
 // 16 bytes). Evidence: H200, 2026-12-01, run s22-6 (see REGISTERS_WIDE_MAX_BYTES in
 // cusoftmax/_dispatch.py).
 template <typename T, int V> constexpr int WIDE_BLOCKS = sizeof(T) < 8 && sizeof(T) * V == 16 ? 2 : 1;
+
+// Wide rows of 16-byte packs walk rows in their spans (aligned rows: head 0), but half types'
+// aligned rows take the plain path by a branch per launch (WIDE_PLAIN). Evidence: H200,
+// 2026-12-01 (us, aligned rows against main's kernel): the span path alone, runs s23-3 and s23-9:
+// float32 1024 129.3, 130.1, 130.2 against 129.4, 130.2, 129.9; float16 2048 69.3, 70.2, 70.3
+// against 67.9, 68.0, 68.2; bfloat16 2048 68.0, 68.3, 68.5 against 67.8, 67.9, 68.6. With the
+// branch, runs s23-6 and s23-8: float32 1024 132.9, 134.1, 134.2, 134.3 against 130.3, 130.4,
+// 131.6; float16 2048 67.8; bfloat16 2048 67.7, 68.8, 68.4, 68.4 against 68.2, 68.4, 68.5.
+template <typename T> constexpr bool WIDE_PLAIN = sizeof(T) == 2;
 
 // R >= 1: short rows (short_rows), W lanes a row, blocks of up to 128 threads. R = 0 (W = 0):
 // wide rows (wide_rows), `width` lanes a row and a block, at most 1024 (rows of at most 1024 *
@@ -182,7 +197,12 @@ __global__ void __launch_bounds__(R ? 128 : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
     static_assert((R == 0) == (W == 0), "short rows name their lanes, wide rows take `width`");
     if constexpr (R == 0) {
         if (int(blockDim.x) != width) __trap();  // a row a block
-        wide_rows<T, V, P>(x, y, rows, cols, ldx, ldy);
+        if constexpr (SPANS<T, V> && WIDE_PLAIN<T>) {
+            if (in_spans(x, y, ldx, ldy)) return wide_rows<T, V, P, true>(x, y, rows, cols, ldx, ldy);
+            return wide_rows<T, V, P, false>(x, y, rows, cols, ldx, ldy);
+        }
+        if (SPANS<T, V> && !rows_alike(x, y, ldx, ldy)) __trap();
+        wide_rows<T, V, P, SPANS<T, V>>(x, y, rows, cols, ldx, ldy);
     } else {
         short_rows<T, V, P, R, W>(x, y, rows, cols, ldx, ldy);
     }
@@ -192,17 +212,34 @@ __global__ void __launch_bounds__(R ? 128 : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
 // first, first + stride, ... below count. Whole packs arrive by asynchronous copies (all of the
 // thread's in flight at once, holding no registers), the pack that straddles the row end by
 // loads, -inf past it. Each thread walks exactly the packs it staged, so after copy_wait() it
-// needs no barrier. Three walks on chip follow: max, sum of exp, write.
-template <typename T, int V> struct Staged {
+// needs no barrier. Three walks on chip follow: max, sum of exp, write. SPAN: the slice is one
+// of a row's aligned span, whose elements before column `lo` of the slice are not the row's
+// (-inf, not written).
+template <typename T, int V, bool SPAN = false> struct Staged {
     using C = compute_t<T>;
     T* s;
     int first, stride, count;
+    long long lo = 0;
 
     // x: the slice's first element in global memory; left: row elements from there on.
     __device__ void load(const T* x, long long left) const {
-        for (int k = first; k < count; k += stride) {
-            const long long c = (long long)k * V;
-            stage_pack<T, V>(s + c, x + c, left - c);
+        if constexpr (SPAN) {
+            // The whole packs' copies first, then the packs that straddle the row's start or
+            // end (at most two a row): their element loads are waited for, and would hold back
+            // the copies issued after them.
+            for (int k = first; k < count; k += stride) {
+                const long long c = (long long)k * V;
+                if (lo <= c && c + V <= left) copy_async<sizeof(T) * V>(s + c, x + c);
+            }
+            for (int k = first; k < count; k += stride) {
+                const long long c = (long long)k * V;
+                if (lo > c || c + V > left) stage_pack<T, V, SPAN>(s + c, x + c, left - c, lo - c);
+            }
+        } else {
+            for (int k = first; k < count; k += stride) {
+                const long long c = (long long)k * V;
+                stage_pack<T, V>(s + c, x + c, left - c);
+            }
         }
     }
     __device__ C max() const {
@@ -248,7 +285,7 @@ template <typename T, int V> struct Staged {
         each([&](int k, C(&v)[V]) {
 #pragma unroll
             for (int j = 0; j < V; ++j) v[j] *= scale;
-            store_row_pack<T, V>(y, (long long)k * V, left, v);
+            store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
         });
     }
 
@@ -274,7 +311,7 @@ template <typename T, int V> struct Staged {
         const C shift = shift_of(m);
         each([&](int k, C(&v)[V]) {
             normalize<SHIFTED>(v, m, shift, scale);
-            store_row_pack<T, V>(y, (long long)k * V, left, v);
+            store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
         });
     }
 };
@@ -337,33 +374,43 @@ template <typename C> __device__ inline C kept_fix(C mine, C base, C m) {
 // pairs once a row, sent to each other (Mail: no cluster barrier a row). SPILL: the block holds
 // the first `held` packs of its slice on chip; the rest (its spill, fewer than 2^31 elements) is
 // read from global memory while the held packs load, as a running (m, d), and read again for its
-// writes.
-template <typename T, int V, int CL, int SPILL>
-__device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
-                                  long long ldy, long long first, long long step, int rank, int held) {
+// writes. SPAN: rows in the 16-byte packs of their aligned spans (in_spans), cut as rows of
+// cols + V - 1 elements.
+template <typename T, int V, int CL, int SPILL, bool SPAN>
+__device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long cols, long long ldx,
+                                     long long ldy, long long first, long long step, int rank, int held) {
     static_assert(CL <= 16, "FUSED_SCRATCH receives pairs from up to 16 blocks");
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
     C* cscratch = reinterpret_cast<C*>(smem);
     const Mail<CL> mail{reinterpret_cast<unsigned long long*>(scratch + 98)};
-    const long long packs = (cols + V - 1) / V;
+    const long long packs = (cols + (SPAN ? V - 1 : 0) + V - 1) / V;
     const int per = int((packs + CL - 1) / CL);
     const long long k0 = (long long)rank * per;
-    const long long left = cols - k0 * V;  // elements of each row from this slice on
     const int mine = int(max(0LL, min(packs, k0 + per) - k0));  // the slice's packs in the row
     const int kept = SPILL ? min(mine, held) : mine;  // packs held on chip
-    const int spill = SPILL ? int(max(0LL, min(left, (long long)mine * V) - (long long)kept * V)) : 0;
-    const Staged<T, V> st{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
-                          int(blockDim.x), kept};
+    // Elements of each row from this slice on (SPAN: of its span, head more), and of its spill.
+    auto spill_of = [&](long long left) {
+        return SPILL ? int(max(0LL, min(left, (long long)mine * V) - (long long)kept * V)) : 0;
+    };
+    const long long left0 = cols - k0 * V;
+    const int spill0 = spill_of(left0);
+    const Staged<T, V, SPAN> st0{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
+                                 int(blockDim.x), kept};
     if constexpr (CL > 1) mail.open();
     int k = 0;  // rows done
     for (long long row = first; row < rows; row += step, ++k) {
-        st.load(x + row * ldx + k0 * V, left);  // one DRAM read per element
+        const long long head = SPAN ? head_of(x + row * ldx) : 0;
+        const long long left = SPAN ? left0 + head : left0;
+        const int spill = SPAN ? spill_of(left) : spill0;
+        Staged<T, V, SPAN> st = st0;
+        st.lo = head - k0 * V;
+        st.load(x + row * ldx + k0 * V - head, left);  // one DRAM read per element
         if constexpr (CL > 1)
             if (k == 0) mail.opened();  // while the first row loads
         MD<C> sp = MD<C>::identity();
-        const long long xs = row * ldx + (k0 + kept) * V;  // the spill's first element
+        const long long xs = row * ldx + (k0 + kept) * V - head;  // the spill's first element
         if constexpr (SPILL) walk_run<SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.push_pack(v); });
         copy_wait();
         C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
@@ -393,16 +440,26 @@ __device__ inline void fused_rows(const T* x, T* y, long long rows, long long co
         // a lone block's shift cancels against its sum's).
         const C scale = scale_of(d, C());
         if constexpr (KEEP)  // the kept terms exp(x - base) times exp(base - m): 1 where base is m
-            st.write_kept(y + row * ldy + k0 * V, left, scale * kept_fix(mine_m, base, m));
+            st.write_kept(y + row * ldy + k0 * V - head, left, scale * kept_fix(mine_m, base, m));
         else
-            st.template write<SHIFT>(y + row * ldy + k0 * V, left, m, CL > 1 && SHIFT ? scale * shift_fix(m) : scale);
+            st.template write<SHIFT>(y + row * ldy + k0 * V - head, left, m, CL > 1 && SHIFT ? scale * shift_fix(m) : scale);
         if constexpr (SPILL)  // the spill read again
-            write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V), spill, m, scale);
+            write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V - head), spill, m, scale);
     }
     if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier
         mail.close();  // past cluster_merge's last barrier
     }
+}
+
+// fused_rows_in on the span path where the rows are off 16-byte boundaries, else on the plain one.
+template <typename T, int V, int CL, int SPILL>
+__device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
+                                  long long ldy, long long first, long long step, int rank, int held) {
+    if constexpr (SPANS<T, V>)
+        if (in_spans(x, y, ldx, ldy))
+            return fused_rows_in<T, V, CL, SPILL, true>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
+    fused_rows_in<T, V, CL, SPILL, false>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
 }
 
 template <typename T, int V>

@@ -376,3 +376,48 @@ def test_templates_are_finite_and_cover_vector_widths():
         t = list(d.templates(itemsize))
         assert len(t) == len(set(t))
         assert {tp[0] for _, tp in t if tp} == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}
+
+
+def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
+    def rows(cols, ldx, ldy, xa=0, ya=0, itemsize=4, method=None):
+        return d.plan(Layout(100, cols, 1, (ldx, 1), (ldy, 1)), itemsize, (xa, ya), H200, method)
+
+    # float32 rows of 1001, contiguous (each row its own offset), y alike: wide rows in 16-byte
+    # packs of spans of up to 1001 + 3 elements (251 packs, 4 a lane, 64 lanes)
+    p = rows(1001, 1001, 1001)
+    assert (p.method, p.vec, p.width, p.launch.template) == ("registers", 4, 64, (4, 4, 0, 0))
+    # bfloat16 1025: 1032 elements of span, 129 packs, 2 a lane, 96 lanes
+    p = rows(1025, 1025, 1025, itemsize=2)
+    assert (p.vec, p.width, p.launch.template, p.launch.block) == (8, 96, (8, 2, 0, 0), 96)
+    # views at the same offset from 16-byte boundaries, row strides 16 bytes apart: alike
+    assert rows(1001, 1009, 1013, 4, 20).vec == 4
+    # not alike: x one element in, y fresh; row strides 4 bytes apart: packs of one element
+    assert rows(1001, 1002, 1001, 4, 0).launch.template == (1, 16, 0, 0)
+    assert rows(1001, 1002, 1001).launch.template == (1, 16, 0, 0)
+    # past REGISTERS_WIDE_SPAN_MAX_BYTES, the block kernel in 16-byte packs, its shared memory
+    # sized for cols + vec - 1
+    top = {isz: b // isz for isz, b in d.REGISTERS_WIDE_SPAN_MAX_BYTES.items()}
+    assert rows(top[4] - 1, top[4] - 1, top[4] - 1).launch.template == (4, 4, 0, 0)
+    assert rows(top[2] - 1, top[2] - 1, top[2] - 1, itemsize=2).launch.template == (8, 2, 0, 0)
+    p = rows(top[2] + 1, top[2] + 1, top[2] + 1, itemsize=2)
+    assert (p.method, p.vec, p.launch.smem) == ("block", 8, d.BLOCK_SCRATCH + math.ceil((top[2] + 8) / 8) * 16)
+    p = rows(top[4] + 1, top[4] + 1, top[4] + 1)
+    assert (p.method, p.vec, p.launch.smem) == ("block", 4, d.BLOCK_SCRATCH + math.ceil((top[4] + 4) / 4) * 16)
+    # clusters alike: slices of 50260 elements' packs; float64 rows in 2-element packs
+    p = rows(50257, 50257, 50257)
+    assert (p.method, p.vec, p.launch.template) == ("cluster", 4, (4, 8))
+    assert p.launch.smem == d.BLOCK_SCRATCH + math.ceil(12565 / 8) * 16
+    assert rows(9001, 9001, 9001, itemsize=8).vec == 2
+    # a spilling cluster
+    cols = cluster_held_cols(H200, 2, 8) * 3 // 2 + 1
+    p = rows(cols, cols, cols, itemsize=2, method="cluster")
+    assert (p.launch.kernel, p.vec) == ("softmax_spill", 8)
+    # the grid and online kernels keep the rows' packs
+    assert rows(2**20 + 1, 2**20 + 1, 2**20 + 1).vec == 1
+    # a forced block whose span does not fit the block's shared memory, though the row would
+    top = block_max_cols(H200, 4, 4)
+    assert rows(top - 3, top - 3, top - 3, method="block").vec == 4
+    with pytest.raises(ValueError, match="method='block'"):
+        rows(top - 1, top - 1, top - 1, method="block")
+    # wide rows whose span passes the registers kernel's lanes keep their packs
+    assert rows(16383, 16383, 16383, method="registers").launch.template == (1, 16, 0, 0)

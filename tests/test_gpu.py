@@ -184,7 +184,7 @@ def test_special_columns_along_axis_0(n, dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("extra", [0, 1])  # 1: rows one element off 16-byte packs (vec 1)
+@pytest.mark.parametrize("extra", [0, 1])  # 1: rows of odd length, each in the packs of its span
 def test_cluster_rows_that_spill(dtype, extra):
     """Rows past what a cluster holds on chip: each block holds the start of its slice and reads
     the rest (its spill) twice. The max in a spill, spills of only -inf, NaN in a spill, and the
@@ -197,19 +197,60 @@ def test_cluster_rows_that_spill(dtype, extra):
     p = _dispatch.plan(Layout(4, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, x.data.ptr),
                        limits(), "cluster")
     size, vec = p.launch.template[1], p.vec
-    assert p.launch.kernel == "softmax_spill" and 0 < p.held
-    per = math.ceil(math.ceil(cols / vec) / size)  # packs of a block's slice
-    spills = [slice((b * per + p.held) * vec, (b + 1) * per * vec) for b in range(size)]
-    x[1, spills[5].start + 7] = 30.0  # the row's max in block 5's spill
-    for part in spills:
+    assert p.launch.kernel == "softmax_spill" and 0 < p.held and vec * isz == 16
+    # Rows of an odd length lie in the 16-byte packs of their spans (kernels/common.cuh,
+    # head_of): a block's slice starts `head` elements before its place in an aligned row.
+    per = math.ceil(math.ceil((cols + extra * (vec - 1)) / vec) / size)  # packs of a block's slice
+
+    def spills(r):
+        head = (x.data.ptr + r * cols * isz) % 16 // isz
+        return [slice(max(0, (b * per + p.held) * vec - head), (b + 1) * per * vec - head) for b in range(size)]
+
+    x[1, spills(1)[5].start + 7] = 30.0  # the row's max in block 5's spill
+    for part in spills(2):
         x[2, part] = -np.inf
-    x[3, spills[-1].start] = np.nan
+    x[3, spills(3)[-1].start] = np.nan
     y = poisoned_softmax(x, method="cluster")
     assert_softmax(y, x, -1)
     assert np.isnan(to_host(y[3])).all() and not np.isnan(to_host(y[:3])).any()
     inplace = x.copy()
     cusoftmax.softmax(inplace, out=inplace, method="cluster")
     assert_same_bits(inplace, y)
+
+
+@pytest.mark.parametrize("cols", [777, 1537, 5001, 9001, 50257])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_rows_in_their_aligned_spans(cols, dtype):
+    """Rows off 16-byte boundaries whose x and y lie alike: contiguous rows of odd length (each
+    row its own offset), and views with out= at the same offsets. The registers kernel's wide
+    rows and the block and cluster kernels take the 16-byte packs of each row's aligned span:
+    special values at a row's first and last elements, nothing written outside the rows, the
+    same bits in place."""
+    isz = np.dtype(dtype).itemsize
+    x = cupy.asarray(special_lines(cols, dtype).astype(dtype))
+    pad = 16 // isz  # views 3 elements in; y's rows 16 bytes longer than x's
+    xv = cupy.zeros((12, cols + 8), dtype=dtype)[:, 3:3 + cols]
+    xv[...] = x
+    yv_base = cupy.full((12, cols + 8 + pad), np.nan, dtype=dtype)
+    yv = yv_base[:, 3:3 + cols]
+    spanned = set()
+    for method in (None, *ROW_METHODS):
+        if not runnable(method, cols, dtype):
+            continue
+        y = poisoned_softmax(x, method=method)
+        assert_softmax(y, x, -1)
+        p = _dispatch.plan(Layout(12, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr), limits(), method)
+        if p.vec * isz == 16:
+            spanned.add(p.method)
+        yv[...] = np.nan
+        assert cusoftmax.softmax(xv, out=yv, method=method) is yv
+        assert_softmax(yv, xv, -1)
+        outside = to_host(yv_base)
+        assert np.isnan(outside[:, :3]).all() and np.isnan(outside[:, 3 + cols:]).all(), method
+        inplace = x.copy()
+        cusoftmax.softmax(inplace, out=inplace, method=method)
+        assert_same_bits(inplace, y)
+    assert spanned >= {m for m in ("block", "cluster") if runnable(m, cols, dtype)}, spanned
 
 
 @pytest.mark.parametrize("cols", [2**20, 2**20 + 5])  # packs of 4, of 1
