@@ -37,7 +37,8 @@ def cluster_top(dtype):
 
 
 def runnable(method, cols, dtype):
-    """Whether the policy accepts a forced method for rows of `cols` 16-byte-aligned elements."""
+    """Whether the policy accepts a forced method for contiguous rows of `cols` elements from a
+    16-byte boundary (rows of odd length: each in the packs of its aligned span)."""
     isz = np.dtype(dtype).itemsize
     try:
         _dispatch.plan(Layout(1, cols, 1, (cols, 1), (cols, 1)), isz, (0, 0), limits(), method)
