@@ -415,9 +415,9 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
     # the grid and online kernels keep the rows' packs
     assert rows(2**20 + 1, 2**20 + 1, 2**20 + 1).vec == 1
     # a forced block whose span does not fit the block's shared memory, though the row would
-    top = block_max_cols(H200, 4, 4)
-    assert rows(top - 3, top - 3, top - 3, method="block").vec == 4
+    block_top = block_max_cols(H200, 4, 4)
+    assert rows(block_top - 3, block_top - 3, block_top - 3, method="block").vec == 4
     with pytest.raises(ValueError, match="method='block'"):
-        rows(top - 1, top - 1, top - 1, method="block")
+        rows(block_top - 1, block_top - 1, block_top - 1, method="block")
     # wide rows whose span passes the registers kernel's lanes keep their packs
     assert rows(16383, 16383, 16383, method="registers").launch.template == (1, 16, 0, 0)

@@ -240,7 +240,8 @@ def test_rows_in_their_aligned_spans(cols, dtype):
             continue
         y = poisoned_softmax(x, method=method)
         assert_softmax(y, x, -1)
-        p = _dispatch.plan(Layout(12, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr), limits(), method)
+        p = _dispatch.plan(Layout(12, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr),
+                           limits(), method)
         if p.vec * isz == 16:
             spanned.add(p.method)
         yv[...] = np.nan
