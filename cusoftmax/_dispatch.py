@@ -39,8 +39,10 @@ Read top-down, the choice is::
     a strided reduced axis, short inner run        -> contiguous copy, then the row policy
 
 Rows off 16-byte boundaries whose x and y lie alike about them (contiguous rows of odd length)
-take 16-byte packs of each row's aligned span in the registers kernel's wide rows and the block
-and cluster kernels (the tiles, grid and online kernels keep the packs the rows' alignment allows).
+take 16-byte packs of each row's aligned span in the registers kernel's wide rows, its short rows
+past REGISTERS_SHORT_SPAN_MIN_BYTES (from packs of at most REGISTERS_SHORT_SPAN_MAX_PACK bytes),
+and the block and cluster kernels (the tiles, grid and online kernels keep the packs the rows'
+alignment allows).
 
 A forced ``method`` skips the choice (a forced "grid" takes any row whose chunks the resident
 blocks hold); a method that cannot run on the input (a row too long for
@@ -147,6 +149,25 @@ REGISTERS_WIDE_NARROW_MAX_COLS = 320 * REGISTERS_WIDE_VALUES
 # 76.3 against 76.4; 2049 83.4 against 94.3; 3001 84.4, 84.3 against 75.9, 75.4; 5001 87.9, 87.1
 # against 74.4, 74.5; 8001 85.2 against 73.8.
 REGISTERS_WIDE_SPAN_MAX_BYTES = {2: 4096, 4: REGISTERS_WIDE_NARROW_MAX_COLS * 4}
+# Short rows take their spans (softmax_short_spans; or the wide rows where a span passes the short
+# rows) only past REGISTERS_SHORT_SPAN_MIN_BYTES a row and from packs of at most
+# REGISTERS_SHORT_SPAN_MAX_PACK bytes. Evidence: H200, 2026-12-01, runs s24-1 and s24-3 (us, two
+# rounds, every short row in spans against main's packs): float32 one element a pack, 259 137.7,
+# 137.8 against 144.8, 144.5; 301 136.4, 137.2 against 142.2, 141.0; 401 134.4, 135.7 against
+# 141.8, 140.7; 505 134.1, 134.4 against 139.0, 138.6; shorter rows lost: 33 223.6, 223.7 against
+# 192.8, 192.5; 65 196.1, 196.3 against 146.8, 147.0; 129 148.0, 147.8 against 144.1, 144.3; 255
+# 137.6, 137.9 against 137.0, 137.3. Two a pack (8 bytes), within 2%: 302 135.5, 135.3 against
+# 138.4, 138.3; 402 136.0, 135.8 against 136.9, 135.9; 498 134.1, 133.9 against 134.1, 133.6; 510
+# (wide rows) 134.2, 133.0 against 134.7 each. bfloat16 one element a pack: 515 116.0, 115.9
+# against 137.0 each; 777 84.6 each against 114.9, 114.7; 1001 83.8 each against 108.5, 108.2;
+# 1023 (wide rows) 90.2 each against 106.6, 106.8; shorter rows lost: 129 187.5, 187.4 against
+# 127.0, 127.2; 255 135.4, 135.3 against 86.6, 86.4; 257 134.0, 133.8 against 121.0, 121.2; 501
+# 88.8 each against 86.7, 86.8 (but 33 won: 172.0, 172.1 against 199.7 each). Two a pack: 602
+# 103.4, 103.3 against 138.8, 138.9; 1002 84.1, 83.9 against 107.1, 106.6. Four a pack (8
+# bytes): 900 78.9, 79.1 against 81.6, 81.7; 1012 79.7, 79.2 against 81.5, 81.3; but 1020 (wide
+# rows) 91.2, 91.6 against 81.4, 80.3.
+REGISTERS_SHORT_SPAN_MIN_BYTES = 1024
+REGISTERS_SHORT_SPAN_MAX_PACK = 4
 MAX_BLOCKS_PER_SM = 32  # resident blocks an SM, sm_80 to sm_90
 THREADS_PER_SM = 2048  # resident threads an SM, sm_80 to sm_90
 # Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
@@ -568,7 +589,10 @@ def templates(itemsize: int, clusters: bool = True):
         for width in (1 << k for k in range(6)):  # short rows: a pack per lane below 32 lanes
             per_lane = 1
             while per_lane * vec <= (_short_cols(itemsize) // 32 if width == 32 else vec):
-                yield "softmax_registers", (vec, per_lane, _short_batch(per_lane, vec, itemsize), width)
+                template = (vec, per_lane, _short_batch(per_lane, vec, itemsize), width)
+                yield "softmax_registers", template
+                if vec * itemsize == 16:  # and in their spans
+                    yield "softmax_short_spans", template
                 per_lane *= 2
         yield "softmax_registers", (vec, REGISTERS_WIDE_VALUES // vec, 0, 0)  # several warps
         for rows in TILES_ROWS:
@@ -660,18 +684,22 @@ def _short_batch(per_lane, vec, itemsize):
 def _registers(rows, cols, itemsize, vec, limits, span=False) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec, itemsize)
     wide = 16 // itemsize
-    spanned = span and not batch and _registers_shape(cols + wide - 1, wide, itemsize)
-    if spanned:  # wide rows in their spans' 16-byte packs (kernels/softmax_fused.cu, wide_rows)
+    span = span and (not batch or (cols * itemsize > REGISTERS_SHORT_SPAN_MIN_BYTES and
+                                   vec * itemsize <= REGISTERS_SHORT_SPAN_MAX_PACK))
+    spanned = span and _registers_shape(cols + wide - 1, wide, itemsize)
+    if spanned:  # rows in their spans' 16-byte packs (kernels/softmax_fused.cu, SPAN)
         vec, (width, per_lane, batch) = wide, spanned
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
     # lanes at compile time (their shuffles unroll), and their units loop over rows; wide rows
     # (batch 0) take them at run time, a row a block, a block a row (as the block kernel).
+    # Short rows in spans have a kernel of their own (wide rows choose in the kernel).
     if batch:
         template, block = (vec, per_lane, batch, width), WARP_BLOCK
         grid = _looped_grid(rows, block // width * batch, block, limits)
     else:
         template, block, grid = (vec, per_lane, 0, 0), width, min(MAX_GRID, rows)
-    launch = Launch("softmax_registers", template, grid, block)
+    kernel = "softmax_short_spans" if spanned and batch else "softmax_registers"
+    launch = Launch(kernel, template, grid, block)
     return Plan("registers", vec, launch, width=width)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 HEADER = "common.cuh"
 FILES = {
     "softmax_registers": "softmax_fused.cu",
+    "softmax_short_spans": "softmax_fused.cu",
     "softmax_tiles": "softmax_fused.cu",
     "softmax_block": "softmax_fused.cu",
     "softmax_cluster": "softmax_fused.cu",

@@ -8,6 +8,8 @@
 //                           warp when W < 32) keep enough loads in flight for short rows; R = 0
 //                           marks wide rows (more than 32 lanes), a row a block, which reduce
 //                           through shared memory.
+//   softmax_short_spans<T, V, P, R, W>  softmax_registers' short rows, for rows off 16-byte
+//                           boundaries, in the 16-byte packs of their aligned spans.
 //   softmax_tiles<T, V, R>  short rows staged in shared memory by asynchronous copies: each
 //                           warp stages a tile of rows (R per lane group) before reducing any.
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
@@ -34,7 +36,7 @@
 // Rows are `cols` contiguous elements; row r starts at x + r * ldx (y + r * ldy). V is chosen
 // by the dispatcher so that every row start is V-aligned; the last pack of a row may be partial.
 // Or, packs of 16 bytes where x's and y's rows lie alike about 16-byte boundaries but are not on
-// them: the registers kernel's wide rows and the block, cluster and spill kernels then walk each
+// them: the short and wide rows in registers and the block, cluster and spill kernels walk each
 // row in the packs of its aligned span (kernels/common.cuh, head_of).
 // x may equal y (in place): every element is read before it is written, by the same thread, so
 // the pointers are not declared __restrict__.
@@ -65,7 +67,9 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
 // every lane runs the same iterations, so the shuffles stay converged. A group takes R rows per
 // iteration (rows g, g + groups, ...), all loads issued first, and loads the next iteration's
 // packs, as bits, before working on this one's, so loads stay in flight while it computes.
-template <typename T, int V, int P, int R, int W>
+// SPAN: rows in the 16-byte packs of their aligned spans (head_of), W * P * V >= cols + V - 1;
+// a row's head is taken from x's row for the loads and from y's (the same) for the stores.
+template <typename T, int V, int P, int R, int W, bool SPAN = false>
 __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, long long ldx,
                                   long long ldy) {
     using C = compute_t<T>;
@@ -79,9 +83,11 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
         for (int r = 0; r < R; ++r) {
             // A row past the end loads the last row again (never written).
             const long long row = min(first + (long long)r * groups + group, rows - 1);
-            const T* xr = x + row * ldx;
+            const int head = SPAN ? head_of(x + row * ldx) : 0, end = head + cols;
+            const T* xr = x + row * ldx - head;
 #pragma unroll
-            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, (p * W + sub) * V, cols, neg_inf<C>());
+            for (int p = 0; p < P; ++p)
+                raw[r][p] = load_row_word<T, V, SPAN>(xr, (p * W + sub) * V, end, neg_inf<C>(), head);
         }
     };
     word_t<T, V> raw[R][P];  // as words: see load_row_word
@@ -118,12 +124,13 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
             const long long row = first + (long long)r * groups + group;
             if (row >= rows) break;
             const C scale = scale_of(d[r], C());
-            T* yr = y + row * ldy;
+            const int head = SPAN ? head_of(y + row * ldy) : 0, end = head + cols;
+            T* yr = y + row * ldy - head;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[r][p][j] *= scale;
-                store_row_pack<T, V>(yr, (p * W + sub) * V, cols, v[r][p]);
+                store_row_pack<T, V, SPAN>(yr, (p * W + sub) * V, end, v[r][p], head);
             }
         }
     }
@@ -206,6 +213,19 @@ __global__ void __launch_bounds__(R ? 128 : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
     } else {
         short_rows<T, V, P, R, W>(x, y, rows, cols, ldx, ldy);
     }
+}
+
+// Short rows (as softmax_registers' R >= 1) in the 16-byte packs of their aligned spans: launched
+// by the policy only for rows off 16-byte boundaries whose x and y rows lie alike (a trap
+// otherwise), so aligned short rows keep softmax_registers' code. `width`: the registers
+// kernel's arguments (W is the lanes).
+template <typename T, int V, int P, int R, int W>
+__global__ void __launch_bounds__(128, 0)
+    softmax_short_spans(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
+                        int width) {
+    static_assert(SPANS<T, V> && R >= 1 && W >= 1, "short rows in 16-byte packs");
+    if (width != W || !rows_alike(x, y, ldx, ldy)) __trap();
+    short_rows<T, V, P, R, W, true>(x, y, rows, cols, ldx, ldy);
 }
 
 // A slice of a row staged in shared memory as bits, walked by one thread: its packs are

@@ -389,6 +389,27 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
     # bfloat16 1025: 1032 elements of span, 129 packs, 2 a lane, 96 lanes
     p = rows(1025, 1025, 1025, itemsize=2)
     assert (p.vec, p.width, p.launch.template, p.launch.block) == (8, 96, (8, 2, 0, 0), 96)
+    # short rows of more than REGISTERS_SHORT_SPAN_MIN_BYTES from packs of at most
+    # REGISTERS_SHORT_SPAN_MAX_PACK bytes have a kernel of their own: float32 301, spans of up to
+    # 304 elements (76 packs, 32 lanes of 4 packs); bfloat16 1001, 1008 (126 packs), also from
+    # packs of 2 elements (1002)
+    p = rows(301, 301, 301)
+    assert (p.method, p.vec, p.width) == ("registers", 4, 32)
+    assert (p.launch.kernel, p.launch.template) == ("softmax_short_spans", (4, 4, 1, 32))
+    for cols in (1001, 1002):
+        p = rows(cols, cols, cols, itemsize=2)
+        assert (p.launch.kernel, p.launch.template) == ("softmax_short_spans", (8, 4, 1, 32))
+    # shorter rows, and rows of 8-byte packs, keep their packs; float32 509's span (512) is short
+    assert rows(256, 256, 256, 4, 4).launch.template == (1, 8, 2, 32)
+    assert rows(510, 510, 510).launch.template == (2, 8, 1, 32)
+    assert rows(1020, 1020, 1020, itemsize=2).launch.template == (4, 8, 1, 32)
+    assert rows(509, 509, 509).launch.kernel == "softmax_short_spans"
+    # a short row whose span passes the short rows: wide rows of 96 lanes
+    p = rows(1023, 1023, 1023, itemsize=2)
+    assert (p.launch.kernel, p.launch.template, p.width) == ("softmax_registers", (8, 2, 0, 0), 96)
+    # not alike: the registers kernel in packs of what the rows allow
+    p = rows(301, 302, 301, 4, 0)
+    assert (p.launch.kernel, p.launch.template) == ("softmax_registers", (1, 16, 1, 32))
     # views at the same offset from 16-byte boundaries, row strides 16 bytes apart: alike
     assert rows(1001, 1009, 1013, 4, 20).vec == 4
     # not alike: x one element in, y fresh; row strides 4 bytes apart: packs of one element

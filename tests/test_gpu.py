@@ -219,12 +219,13 @@ def test_cluster_rows_that_spill(dtype, extra):
     assert_same_bits(inplace, y)
 
 
-@pytest.mark.parametrize("cols", [777, 1537, 5001, 9001, 50257])
+@pytest.mark.parametrize("cols", [5, 301, 777, 1537, 5001, 9001, 50257])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_rows_in_their_aligned_spans(cols, dtype):
     """Rows off 16-byte boundaries whose x and y lie alike: contiguous rows of odd length (each
-    row its own offset), and views with out= at the same offsets. The registers kernel's wide
-    rows and the block and cluster kernels take the 16-byte packs of each row's aligned span:
+    row its own offset), and views with out= at the same offsets. The registers kernel's short
+    (float32 301, half types 777: softmax_short_spans) and wide rows and the block and cluster
+    kernels take the 16-byte packs of each row's aligned span:
     special values at a row's first and last elements, nothing written outside the rows, the
     same bits in place."""
     isz = np.dtype(dtype).itemsize
@@ -243,7 +244,7 @@ def test_rows_in_their_aligned_spans(cols, dtype):
         p = _dispatch.plan(Layout(12, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr),
                            limits(), method)
         if p.vec * isz == 16:
-            spanned.add(p.method)
+            spanned.add(p.launch.kernel if p.launch.kernel == "softmax_short_spans" else p.method)
         yv[...] = np.nan
         assert cusoftmax.softmax(xv, out=yv, method=method) is yv
         assert_softmax(yv, xv, -1)
@@ -253,6 +254,7 @@ def test_rows_in_their_aligned_spans(cols, dtype):
         cusoftmax.softmax(inplace, out=inplace, method=method)
         assert_same_bits(inplace, y)
     assert spanned >= {m for m in ("block", "cluster") if runnable(m, cols, dtype)}, spanned
+    assert ("softmax_short_spans" in spanned) == ((cols, isz) in ((301, 4), (777, 2))), spanned
 
 
 @pytest.mark.parametrize("cols", [2**20, 2**20 + 5])  # packs of 4, of 1
