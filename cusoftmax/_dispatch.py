@@ -681,12 +681,20 @@ def _short_batch(per_lane, vec, itemsize):
     return batch
 
 
+def _span_shape(cols, itemsize):
+    """(pack, elements) of rows of ``cols`` elements walked in their aligned spans: 16-byte packs,
+    and the longest span (a row that starts one element short of a 16-byte boundary), as the
+    kernels cut it (kernels/common.cuh, head_of)."""
+    wide = 16 // itemsize
+    return wide, cols + wide - 1
+
+
 def _registers(rows, cols, itemsize, vec, limits, span=False) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec, itemsize)
-    wide = 16 // itemsize
     span = span and (not batch or (cols * itemsize > REGISTERS_SHORT_SPAN_MIN_BYTES and
                                    vec * itemsize <= REGISTERS_SHORT_SPAN_MAX_PACK))
-    spanned = span and _registers_shape(cols + wide - 1, wide, itemsize)
+    wide, span_cols = _span_shape(cols, itemsize)
+    spanned = span and _registers_shape(span_cols, wide, itemsize)
     if spanned:  # rows in their spans' 16-byte packs (kernels/softmax_fused.cu, SPAN)
         vec, (width, per_lane, batch) = wide, spanned
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their
@@ -907,9 +915,9 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
               span=False) -> Plan:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned. ``span``:
     the rows are not all 16-byte aligned, but x's and y's lie alike about 16-byte boundaries;
-    then the registers kernel's wide rows and the block and cluster kernels take the 16-byte
-    packs of each row's aligned span, sized as rows of ``cols + 16 // itemsize - 1`` elements
-    (kernels/common.cuh, head_of)."""
+    then the registers kernel's wide rows (and its short rows past REGISTERS_SHORT_SPAN_MIN_BYTES)
+    and the block and cluster kernels take the 16-byte packs of each row's aligned span, sized as
+    rows of ``cols + 16 // itemsize - 1`` elements (_span_shape)."""
     span = span and vec * itemsize < 16
     if method == "registers" or (method is None and (
             cols <= _short_cols(itemsize) or _wide_default(cols, itemsize, vec, span))):
@@ -928,8 +936,8 @@ def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, met
                 "bytes per block"
             )
         return plan
-    wide = 16 // itemsize  # span: the block and cluster kernels' packs; grid and online keep vec
-    svec, scols = (wide, cols + wide - 1) if span else (vec, cols)
+    # span: the block and cluster kernels' packs and rows; the grid and online kernels keep vec
+    svec, scols = _span_shape(cols, itemsize) if span else (vec, cols)
     return _on_chip(rows, cols, itemsize, vec, limits, method, svec, scols)
 
 
