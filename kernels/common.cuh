@@ -453,6 +453,31 @@ __device__ inline word_t<T, V> load_row_word(const T* row, typename Same<I>::typ
     return w;
 }
 
+// Span rows may read their first and last packs whole: the 16-byte pack around a row's edge is
+// one access, the neighbours' bytes in it included, and the elements outside the row become
+// -inf where the pack is unpacked (mask_span), not in the load's branch, so that no lane waits
+// there for its data. Such a pack holds one of the row's elements, and where rows lie 16 bytes
+// or more apart, every byte of it lies between x's lowest element's 16-byte boundary and x's
+// highest element, but for the highest row's last pack, which may pass the end of x's
+// allocation: that row, and every row of rows closer than 16 bytes, take element loads there
+// (load_row_word). Packs past the row load nothing.
+template <typename T> __device__ inline bool span_whole(long long row, long long rows, long long ldx) {
+    return (ldx > 0 ? ldx : -ldx) * (long long)sizeof(T) >= 16 && row != (ldx > 0 ? rows - 1 : 0);
+}
+template <typename T, int V>
+__device__ inline word_t<T, V> load_span_word(const T* row, int c, int end, int head, bool whole) {
+    if (c >= end) return load_row_word<T, V>(row, 0, 0, neg_inf<compute_t<T>>());  // -inf, no load
+    if (whole) return *reinterpret_cast<const word_t<T, V>*>(row + c);
+    return load_row_word<T, V, true>(row, c, end, neg_inf<compute_t<T>>(), head);
+}
+template <int V, typename C> __device__ inline void mask_span(C (&v)[V], int c, int head, int end) {
+    if (c < end && (c < head || c + V > end)) {  // a pack past the row is -inf already
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+            if (c + j < head || c + j >= end) v[j] = neg_inf<C>();
+    }
+}
+
 // The same as a pack.
 template <typename T, int V, bool SPAN = false, typename I, typename C>
 __device__ inline Pack<T, V> load_row_bits(const T* row, typename Same<I>::type c, I cols, C fill,

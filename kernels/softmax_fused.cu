@@ -78,16 +78,23 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
     const int group = (threadIdx.x & 31) / W;
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const long long stride = ((long long)gridDim.x * blockDim.x) / 32 * groups * R;
+    // Row r of an iteration from row `first` (a row past the end: the last row again, loaded but
+    // never written) and its head in x.
+    auto row_of = [&](long long first, int r) { return min(first + (long long)r * groups + group, rows - 1); };
+    auto head_in = [&](long long row) { return SPAN ? head_of(x + row * ldx) : 0; };
     auto load = [&](long long first, word_t<T, V>(&raw)[R][P]) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            // A row past the end loads the last row again (never written).
-            const long long row = min(first + (long long)r * groups + group, rows - 1);
-            const int head = SPAN ? head_of(x + row * ldx) : 0, end = head + cols;
+            const long long row = row_of(first, r);
+            const int head = head_in(row), end = head + cols;
             const T* xr = x + row * ldx - head;
+            const bool whole = SPAN && span_whole<T>(row, rows, ldx);
 #pragma unroll
-            for (int p = 0; p < P; ++p)
-                raw[r][p] = load_row_word<T, V, SPAN>(xr, (p * W + sub) * V, end, neg_inf<C>(), head);
+            for (int p = 0; p < P; ++p) {
+                const int c = (p * W + sub) * V;
+                raw[r][p] = SPAN ? load_span_word<T, V>(xr, c, end, head, whole)
+                                 : load_row_word<T, V>(xr, c, end, neg_inf<C>());
+            }
         }
     };
     word_t<T, V> raw[R][P];  // as words: see load_row_word
@@ -96,9 +103,14 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
     for (; first < rows; first += stride) {
         C v[R][P][V], m[R], d[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r) {
+            const int head = head_in(row_of(first, r));
 #pragma unroll
-            for (int p = 0; p < P; ++p) unpack_word<T, V>(raw[r][p], v[r][p]);
+            for (int p = 0; p < P; ++p) {
+                unpack_word<T, V>(raw[r][p], v[r][p]);
+                if constexpr (SPAN) mask_span<V>(v[r][p], (p * W + sub) * V, head, head + cols);
+            }
+        }
         load(first + stride, raw);  // past the end: the last row again, unused
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -140,19 +152,28 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 // blockIdx.x, blockIdx.x + gridDim.x, ...; lane t holds packs t, t + lanes, ... (P of them).
 // The two reductions meet at one barrier each, in scratch areas of their own. SPAN: rows in the
 // 16-byte packs of their aligned spans (head_of), lanes * P * V >= cols + V - 1.
+// Wide rows of half types read their spans' first and last packs whole (load_span_word); the
+// others take element loads there: float32's wide rows would spill 40 bytes under their bound
+// of 32 registers (ptxas, sm_90).
 template <typename T, int V, int P, bool SPAN>
 __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, long long ldx,
                                  long long ldy) {
     using C = compute_t<T>;
+    constexpr bool WHOLE = SPAN && sizeof(T) == 2;
     __shared__ C scratch[2][32];
     const int lanes = int(blockDim.x), t = int(threadIdx.x);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const int head = SPAN ? head_of(x + row * ldx) : 0, end = head + cols;
         const T* xr = x + row * ldx - head;
+        const bool whole = WHOLE && span_whole<T>(row, rows, ldx);
         C v[1][P][V], m[1], d[1];
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-            unpack_word<T, V>(load_row_word<T, V, SPAN>(xr, (p * lanes + t) * V, end, neg_inf<C>(), head), v[0][p]);
+        for (int p = 0; p < P; ++p) {
+            const int c = (p * lanes + t) * V;
+            unpack_word<T, V>(WHOLE ? load_span_word<T, V>(xr, c, end, head, whole)
+                                    : load_row_word<T, V, SPAN>(xr, c, end, neg_inf<C>(), head), v[0][p]);
+            if constexpr (WHOLE) mask_span<V>(v[0][p], c, head, end);
+        }
         C mine = neg_inf<C>();
 #pragma unroll
         for (int p = 0; p < P; ++p)

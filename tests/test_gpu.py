@@ -257,6 +257,37 @@ def test_rows_in_their_aligned_spans(cols, dtype):
     assert ("softmax_short_spans" in spanned) == ((cols, isz) in ((301, 4), (777, 2))), spanned
 
 
+@pytest.mark.parametrize("cols", [301, 777, 2041])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_span_rows_at_the_ends_of_their_arrays(cols, dtype):
+    """Rows in their spans read a row's first and last 16-byte packs whole, but not the highest
+    row's last pack, which may pass the end of the allocation (under memcheck, with CuPy's pool
+    off, an overrun shows): rows in reverse order (the highest row first) and one row repeated
+    (a stride of 0: every row the highest), each one element past a 16-byte boundary."""
+    dt, isz, rows = np.dtype(dtype), np.dtype(dtype).itemsize, 12
+    values = make_values(np.random.default_rng(13), (rows, cols), dt)
+    buf = cupy.asarray(np.concatenate([np.zeros(1, dt), values.ravel()]))  # ends with the highest row
+    x = buf[1:].reshape(rows, cols)[::-1]
+    ybuf = cupy.full(rows * cols + 1, np.nan, dtype=dt)
+    y = ybuf[1:].reshape(rows, cols)[::-1]
+    assert cusoftmax.softmax(x, out=y) is y
+    assert_softmax(y, x, -1)
+    assert np.isnan(to_host(ybuf[:1])).all()
+    one = buf[1 + (rows - 1) * cols:]  # the last row, at the end of buf
+    x = cupy.broadcast_to(one, (rows, cols))
+    pad = -cols % (16 // isz)  # out's rows lie as x's about 16-byte boundaries
+    ybuf = cupy.full((rows, cols + pad + 16 // isz), np.nan, dtype=dt)
+    y = ybuf[:, 1:1 + cols]
+    assert cusoftmax.softmax(x, out=y) is y
+    assert_softmax(y, x, -1)
+    assert np.isnan(to_host(ybuf[:, 0])).all() and np.isnan(to_host(ybuf[:, 1 + cols:])).all()
+    # The plans of rows one element off 16-byte boundaries (in their spans where vec * isz is 16).
+    at = (16 + isz, 16 + isz)
+    contiguous = _dispatch.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, at, limits())
+    for xs, ys in (((-cols, 1), (-cols, 1)), ((0, 1), (cols + pad + 16 // isz, 1))):
+        assert _dispatch.plan(Layout(rows, cols, 1, xs, ys), isz, at, limits()) == contiguous
+
+
 @pytest.mark.parametrize("cols", [2**20, 2**20 + 5])  # packs of 4, of 1
 def test_online_rows_in_place(cols):
     """Online float32 rows in place, where blocks write part of each chunk from shared memory
