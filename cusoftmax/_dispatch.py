@@ -40,9 +40,9 @@ Read top-down, the choice is::
 
 Rows off 16-byte boundaries whose x and y lie alike about them (contiguous rows of odd length)
 take 16-byte packs of each row's aligned span in the registers kernel's wide rows, its short rows
-past REGISTERS_SHORT_SPAN_MIN_BYTES (from packs of at most REGISTERS_SHORT_SPAN_MAX_PACK bytes),
-and the block and cluster kernels (the tiles, grid and online kernels keep the packs the rows'
-alignment allows).
+past REGISTERS_SHORT_SPAN_MIN_BYTES (from packs of at most REGISTERS_SHORT_SPAN_MAX_PACK bytes, or
+of REGISTERS_SHORT_SPAN_MAX_SHORT_PACK where the span stays short), and the block and cluster
+kernels (the tiles, grid and online kernels keep the packs the rows' alignment allows).
 
 A forced ``method`` skips the choice (a forced "grid" takes any row whose chunks the resident
 blocks hold); a method that cannot run on the input (a row too long for
@@ -151,7 +151,18 @@ REGISTERS_WIDE_NARROW_MAX_COLS = 320 * REGISTERS_WIDE_VALUES
 REGISTERS_WIDE_SPAN_MAX_BYTES = {2: 4096, 4: REGISTERS_WIDE_NARROW_MAX_COLS * 4}
 # Short rows take their spans (softmax_short_spans; or the wide rows where a span passes the short
 # rows) only past REGISTERS_SHORT_SPAN_MIN_BYTES a row and from packs of at most
-# REGISTERS_SHORT_SPAN_MAX_PACK bytes. Evidence: H200, 2026-12-01, runs s24-1 and s24-3 (us, two
+# REGISTERS_SHORT_SPAN_MAX_PACK bytes, or of at most REGISTERS_SHORT_SPAN_MAX_SHORT_PACK bytes
+# where the span stays a short row (types of at most 4 bytes; float64 rows in spans are not
+# measured). Evidence: H200, 2026-12-01, run s25-3 (us, two rounds, with the spans' first and last
+# packs read whole, kernels/common.cuh, load_span_word), spans against the rows' own packs: packs
+# of 8 bytes, bfloat16 900 76.1, 76.0 against 80.9, 80.9; 1012 74.5, 74.1 against 80.0, 80.9;
+# 1020 (its span in the wide rows) 87.9, 87.8 against 80.7, 80.5; float32 302 135.7, 134.7
+# against 136.5, 136.4; 402 136.0, 135.1 against 135.8, 135.6; 498 133.1, 133.0 against 133.0
+# each. Rows of at most 1 KiB still lose in spans: bfloat16 129 201.3, 201.8 against 126.8,
+# 127.2; 255 140.8, 140.9 against 86.4, 86.5; 257 140.6, 140.5 against 121.1, 121.4; float32 33
+# 250.6 each against 192.8, 192.7; 65 216.8, 217.6 against 147.1, 146.8; 255 137.1, 137.6 against
+# 135.3, 135.4 (but bfloat16 501 84.3, 84.0 against 86.5, 86.8, and 33 197.4 each against 199.2,
+# 200.7). Before, with element loads there, runs s24-1 and s24-3 (us, two
 # rounds, every short row in spans against main's packs): float32 one element a pack, 259 137.7,
 # 137.8 against 144.8, 144.5; 301 136.4, 137.2 against 142.2, 141.0; 401 134.4, 135.7 against
 # 141.8, 140.7; 505 134.1, 134.4 against 139.0, 138.6; shorter rows lost: 33 223.6, 223.7 against
@@ -168,6 +179,7 @@ REGISTERS_WIDE_SPAN_MAX_BYTES = {2: 4096, 4: REGISTERS_WIDE_NARROW_MAX_COLS * 4}
 # rows) 91.2, 91.6 against 81.4, 80.3.
 REGISTERS_SHORT_SPAN_MIN_BYTES = 1024
 REGISTERS_SHORT_SPAN_MAX_PACK = 4
+REGISTERS_SHORT_SPAN_MAX_SHORT_PACK = 8
 MAX_BLOCKS_PER_SM = 32  # resident blocks an SM, sm_80 to sm_90
 THREADS_PER_SM = 2048  # resident threads an SM, sm_80 to sm_90
 # Threads per block of the registers kernel's short rows (at most 128, its __launch_bounds__; a
@@ -691,10 +703,14 @@ def _span_shape(cols, itemsize):
 
 def _registers(rows, cols, itemsize, vec, limits, span=False) -> Plan:
     width, per_lane, batch = _registers_shape(cols, vec, itemsize)
-    span = span and (not batch or (cols * itemsize > REGISTERS_SHORT_SPAN_MIN_BYTES and
-                                   vec * itemsize <= REGISTERS_SHORT_SPAN_MAX_PACK))
     wide, span_cols = _span_shape(cols, itemsize)
     spanned = span and _registers_shape(span_cols, wide, itemsize)
+    if spanned and batch:  # a short row: its span's rule (REGISTERS_SHORT_SPAN_MIN_BYTES)
+        pack = vec * itemsize
+        if cols * itemsize <= REGISTERS_SHORT_SPAN_MIN_BYTES or not (
+                pack <= REGISTERS_SHORT_SPAN_MAX_PACK or
+                (pack <= REGISTERS_SHORT_SPAN_MAX_SHORT_PACK and itemsize <= 4 and spanned[2])):
+            spanned = None
     if spanned:  # rows in their spans' 16-byte packs (kernels/softmax_fused.cu, SPAN)
         vec, (width, per_lane, batch) = wide, spanned
     # Template (vec, packs per lane, rows per lane group, lanes per row): short rows name their

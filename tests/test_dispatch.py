@@ -399,7 +399,12 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
     for cols in (1001, 1002):
         p = rows(cols, cols, cols, itemsize=2)
         assert (p.launch.kernel, p.launch.template) == ("softmax_short_spans", (8, 4, 1, 32))
-    # shorter rows, and rows of 8-byte packs, keep their packs; float32 509's span (512) is short
+    # rows of 8-byte packs (REGISTERS_SHORT_SPAN_MAX_SHORT_PACK) take their spans where these stay
+    # short: float32 302 (305 of span), bfloat16 1012 (1019), not float32 510 or bfloat16 1020
+    # (spans of 513 and 1027: wide rows); shorter rows keep their packs; float32 509's span (512)
+    # is short
+    assert rows(302, 302, 302).launch.kernel == "softmax_short_spans"
+    assert rows(1012, 1012, 1012, itemsize=2).launch.kernel == "softmax_short_spans"
     assert rows(256, 256, 256, 4, 4).launch.template == (1, 8, 2, 32)
     assert rows(510, 510, 510).launch.template == (2, 8, 1, 32)
     assert rows(1020, 1020, 1020, itemsize=2).launch.template == (4, 8, 1, 32)

@@ -219,15 +219,15 @@ def test_cluster_rows_that_spill(dtype, extra):
     assert_same_bits(inplace, y)
 
 
-@pytest.mark.parametrize("cols", [5, 301, 777, 1537, 5001, 9001, 50257])
+@pytest.mark.parametrize("cols", [5, 301, 302, 777, 1012, 1537, 5001, 9001, 50257])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_rows_in_their_aligned_spans(cols, dtype):
-    """Rows off 16-byte boundaries whose x and y lie alike: contiguous rows of odd length (each
-    row its own offset), and views with out= at the same offsets. The registers kernel's short
-    (float32 301, half types 777: softmax_short_spans) and wide rows and the block and cluster
-    kernels take the 16-byte packs of each row's aligned span:
-    special values at a row's first and last elements, nothing written outside the rows, the
-    same bits in place."""
+    """Rows off 16-byte boundaries whose x and y lie alike: contiguous rows whose bytes are not a
+    multiple of 16 (each row its own offset), and views with out= at the same offsets. The
+    registers kernel's short (float32 301 and 302, half types 777 and 1012: softmax_short_spans)
+    and wide rows and the block and cluster kernels take the 16-byte packs of each row's aligned
+    span: special values at a row's first and last elements, nothing written outside the rows,
+    the same bits in place."""
     isz = np.dtype(dtype).itemsize
     x = cupy.asarray(special_lines(cols, dtype).astype(dtype))
     pad = 16 // isz  # views 3 elements in; y's rows 16 bytes longer than x's
@@ -254,7 +254,7 @@ def test_rows_in_their_aligned_spans(cols, dtype):
         cusoftmax.softmax(inplace, out=inplace, method=method)
         assert_same_bits(inplace, y)
     assert spanned >= {m for m in ("block", "cluster") if runnable(m, cols, dtype)}, spanned
-    assert ("softmax_short_spans" in spanned) == ((cols, isz) in ((301, 4), (777, 2))), spanned
+    assert ("softmax_short_spans" in spanned) == ((cols, isz) in ((301, 4), (302, 4), (777, 2), (1012, 2))), spanned
 
 
 @pytest.mark.parametrize("cols", [301, 777, 2041])
