@@ -706,10 +706,10 @@ def _registers(rows, cols, itemsize, vec, limits, span=False) -> Plan:
     wide, span_cols = _span_shape(cols, itemsize)
     spanned = span and _registers_shape(span_cols, wide, itemsize)
     if spanned and batch:  # a short row: its span's rule (REGISTERS_SHORT_SPAN_MIN_BYTES)
-        pack = vec * itemsize
+        pack, stays_short = vec * itemsize, spanned[2] > 0
         if cols * itemsize <= REGISTERS_SHORT_SPAN_MIN_BYTES or not (
                 pack <= REGISTERS_SHORT_SPAN_MAX_PACK or
-                (pack <= REGISTERS_SHORT_SPAN_MAX_SHORT_PACK and itemsize <= 4 and spanned[2])):
+                (pack <= REGISTERS_SHORT_SPAN_MAX_SHORT_PACK and itemsize <= 4 and stays_short)):
             spanned = None
     if spanned:  # rows in their spans' 16-byte packs (kernels/softmax_fused.cu, SPAN)
         vec, (width, per_lane, batch) = wide, spanned

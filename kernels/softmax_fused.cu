@@ -154,7 +154,8 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 // 16-byte packs of their aligned spans (head_of), lanes * P * V >= cols + V - 1.
 // Wide rows of half types read their spans' first and last packs whole (load_span_word); the
 // others take element loads there: float32's wide rows would spill 40 bytes under their bound
-// of 32 registers (ptxas, sm_90).
+// of 32 registers (ptxas, sm_90). The half types' spill 4 bytes, in the branch of a partial
+// pack's element stores (run s25-2 has their times).
 template <typename T, int V, int P, bool SPAN>
 __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, long long ldx,
                                  long long ldy) {
