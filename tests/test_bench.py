@@ -1,6 +1,11 @@
 """The benchmark's default sweep (it runs on a GPU only; its cases are plain Python)."""
 
-from cusoftmax import bench
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from cusoftmax import _dispatch, bench
 
 
 def test_default_sweep_covers_every_dtype_on_both_axes():
@@ -19,3 +24,23 @@ def test_options_cut_the_sweep():
     cases = list(bench._cases(bench._parse(["--dtypes", "float16", "--widths", "32,64",
                                             "--no-axis0", "--no-long"])))
     assert cases == [("float16", (2**21, 32), -1), ("float16", (2**20, 64), -1)]
+
+
+def test_bench_variant_sets_constants_by_their_type(monkeypatch):
+    """tools/bench_variant.py: numbers by their type, tuple and dict tables as literals of theirs."""
+    path = Path(__file__).resolve().parent.parent / "tools" / "bench_variant.py"
+    spec = importlib.util.spec_from_file_location("bench_variant", path)
+    variant = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(variant)
+    names = ("REGISTERS_SHORT_SPAN_MIN_BYTES", "BLOCK_THREADS", "REGISTERS_WIDE_SPAN_MAX_BYTES")
+    for name in names:  # put back after the test
+        monkeypatch.setattr(_dispatch, name, getattr(_dispatch, name))
+    variant.apply(["REGISTERS_SHORT_SPAN_MIN_BYTES=512", "BLOCK_THREADS=((16384, 128), (1e30, 1024))",
+                   "REGISTERS_WIDE_SPAN_MAX_BYTES={2: 2048, 4: 20480}"])
+    assert _dispatch.REGISTERS_SHORT_SPAN_MIN_BYTES == 512
+    assert _dispatch.BLOCK_THREADS == ((16384, 128), (1e30, 1024))
+    assert _dispatch.REGISTERS_WIDE_SPAN_MAX_BYTES == {2: 2048, 4: 20480}
+    with pytest.raises(SystemExit, match="is a dict"):
+        variant.apply(["REGISTERS_WIDE_SPAN_MAX_BYTES=(2048, 20480)"])
+    with pytest.raises(SystemExit, match="no constant"):
+        variant.apply(["NO_SUCH_CONSTANT=1"])

@@ -2,7 +2,8 @@
 value in the same run: `python3 tools/bench_variant.py NAME=VALUE ... -- BENCH ARGS`.
 
 Example: `tools/bench_variant.py ONLINE_MIN_CHUNK_BYTES=65536 -- --methods online --widths 1048576`;
-a table as a Python literal: `"BLOCK_THREADS=((16384, 128), (32768, 256), (65536, 256), (1e30, 1024))"`."""
+a table as a Python literal: `"BLOCK_THREADS=((16384, 128), (32768, 256), (65536, 256), (1e30, 1024))"`,
+`"REGISTERS_WIDE_SPAN_MAX_BYTES={2: 2048, 4: 20480}"`."""
 
 import ast
 import sys
@@ -17,8 +18,15 @@ def apply(assignments):
         if not hasattr(_dispatch, name):
             raise SystemExit(f"cusoftmax._dispatch has no constant {name}")
         old = getattr(_dispatch, name)
-        # Tuples (tables such as BLOCK_THREADS) as Python literals, numbers by their type.
-        setattr(_dispatch, name, ast.literal_eval(value) if isinstance(old, tuple) else type(old)(value))
+        # Tuples and dicts (tables such as BLOCK_THREADS, REGISTERS_WIDE_SPAN_MAX_BYTES) as Python
+        # literals of the same type, numbers by their type.
+        if isinstance(old, (tuple, dict)):
+            new = ast.literal_eval(value)
+            if not isinstance(new, type(old)):
+                raise SystemExit(f"{name} is a {type(old).__name__}, not {value!r}")
+        else:
+            new = type(old)(value)
+        setattr(_dispatch, name, new)
         print(f"variant: {name} = {getattr(_dispatch, name)}", flush=True)
 
 
