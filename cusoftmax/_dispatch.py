@@ -147,8 +147,17 @@ REGISTERS_WIDE_NARROW_MAX_COLS = 320 * REGISTERS_WIDE_VALUES
 # 134.0 against 137.3; 4001 132.9, 134.3 against 137.7, 139.0; 5001 132.9, 135.1 against 137.8,
 # 139.7; bfloat16 1025 86.7 against 136.7; 1537 79.5 against 107.8; 2001 78.8 against 77.9; 2041
 # 76.3 against 76.4; 2049 83.4 against 94.3; 3001 84.4, 84.3 against 75.9, 75.4; 5001 87.9, 87.1
-# against 74.4, 74.5; 8001 85.2 against 73.8.
-REGISTERS_WIDE_SPAN_MAX_BYTES = {2: 4096, 4: REGISTERS_WIDE_NARROW_MAX_COLS * 4}
+# against 74.4, 74.5; 8001 85.2 against 73.8. Half types, with the spans' first and last packs read
+# whole (kernels/common.cuh, load_span_word), runs s25-8 and s25-9 (us, bfloat16, then float16;
+# 8192 bytes against 4096, then against 6144, three and two rounds): 2049 81.0, 80.6, 81.0
+# against 92.8, 93.1, 92.8 (float16 79.9, 80.5, 80.1 against 91.8, 91.8, 91.6); 2100 78.1, 78.5,
+# 78.6 against 88.3, 88.7, 88.4; 2500 71.5, 71.1, 71.6 against 74.1, 74.3, 74.1; 2800 70.0, 69.8,
+# 70.0 against 69.7, 70.0, 70.0; 3001 72.2, 72.3, 72.4 against 74.4, 74.2, 74.3 (float16 72.0,
+# 72.0, 71.9 against 74.3, 74.4, 74.3); 3071 78.4, 78.3, 78.3 against 81.8, 82.0, 82.0; 3073
+# 78.4, 78.0 against 81.6, 82.0; 3300 74.2, 74.0 against 75.4, 75.5; 3600 70.5, 70.3 against
+# 70.7, 70.3; 4001 71.9 each against 73.7, 73.8 (float16 72.4, 72.1 against 73.6 each); but 4095
+# 76.7, 76.4 against 75.1, 75.3 (float16 76.3 each against 75.4, 75.5).
+REGISTERS_WIDE_SPAN_MAX_BYTES = {2: 8192, 4: REGISTERS_WIDE_NARROW_MAX_COLS * 4}
 # Short rows take their spans (softmax_short_spans; or the wide rows where a span passes the short
 # rows) only past REGISTERS_SHORT_SPAN_MIN_BYTES a row and from packs of at most
 # REGISTERS_SHORT_SPAN_MAX_PACK bytes, or of at most REGISTERS_SHORT_SPAN_MAX_SHORT_PACK bytes

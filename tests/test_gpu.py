@@ -219,7 +219,7 @@ def test_cluster_rows_that_spill(dtype, extra):
     assert_same_bits(inplace, y)
 
 
-@pytest.mark.parametrize("cols", [5, 301, 302, 777, 1012, 1537, 5001, 9001, 50257])
+@pytest.mark.parametrize("cols", [5, 301, 302, 777, 1012, 1537, 3001, 5001, 9001, 50257])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_rows_in_their_aligned_spans(cols, dtype):
     """Rows off 16-byte boundaries whose x and y lie alike: contiguous rows whose bytes are not a
