@@ -275,8 +275,8 @@ def test_span_rows_at_the_ends_of_their_arrays(cols, dtype):
     assert np.isnan(to_host(ybuf[:1])).all()
     one = buf[1 + (rows - 1) * cols:]  # the last row, at the end of buf
     x = cupy.broadcast_to(one, (rows, cols))
-    pad = -cols % (16 // isz)  # out's rows lie as x's about 16-byte boundaries
-    ybuf = cupy.full((rows, cols + pad + 16 // isz), np.nan, dtype=dt)
+    ldy = cols + -cols % (16 // isz) + 16 // isz  # out's rows lie as x's about 16-byte boundaries
+    ybuf = cupy.full((rows, ldy), np.nan, dtype=dt)
     y = ybuf[:, 1:1 + cols]
     assert cusoftmax.softmax(x, out=y) is y
     assert_softmax(y, x, -1)
@@ -284,7 +284,7 @@ def test_span_rows_at_the_ends_of_their_arrays(cols, dtype):
     # The plans of rows one element off 16-byte boundaries (in their spans where vec * isz is 16).
     at = (16 + isz, 16 + isz)
     contiguous = _dispatch.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, at, limits())
-    for xs, ys in (((-cols, 1), (-cols, 1)), ((0, 1), (cols + pad + 16 // isz, 1))):
+    for xs, ys in (((-cols, 1), (-cols, 1)), ((0, 1), (ldy, 1))):
         assert _dispatch.plan(Layout(rows, cols, 1, xs, ys), isz, at, limits()) == contiguous
 
 
