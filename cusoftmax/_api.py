@@ -50,10 +50,12 @@ def softmax(x, axis=-1, *, out=None, method=None):
     out : array, optional
         Where to write the result: same shape as `x`, the result's dtype, the same framework
         and device. It may be `x` itself (in place). Checked before anything is written.
-    method : {None, 'registers', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
+    method : {None, 'registers', 'flat', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
         GPU only: force one kernel instead of the dispatcher's choice (for tests and
         benchmarks). ``'registers'`` holds a row in registers (rows up to 16384 elements),
-        ``'tiles'`` stages several short rows per warp in shared memory, ``'block'`` holds a
+        ``'flat'`` stages runs of rows that lie back to back by 16-byte copies (rows up to 1024
+        elements; other layouts are copied first), ``'tiles'`` stages several short rows per
+        warp in shared memory, ``'block'`` holds a
         row in one block's shared memory, ``'cluster'`` across the
         shared memory of a thread-block cluster (compute capability 9.0 and newer),
         ``'grid'`` in chunks across the shared memory of blocks all over the GPU (rows up to
@@ -210,11 +212,13 @@ def _same_view(a, b) -> bool:
 
 
 def _transposed(x, y, axes, method):
-    """Strides that no kernel takes: work on a contiguous copy with the reduced axes last."""
+    """Strides that no kernel takes: work on a contiguous copy with the reduced axes last (a
+    new array even where x already is one: a forced "flat" on rows off 16-byte boundaries that
+    lie unlike y's gets its copies aligned alike)."""
     import cupy
 
     last = tuple(range(x.ndim - len(axes), x.ndim))
-    xt = cupy.ascontiguousarray(cupy.moveaxis(x, axes, last))
+    xt = cupy.moveaxis(x, axes, last).copy()
     yt = cupy.empty_like(xt)
     _runner(xt, yt, last, method)(xt, yt)  # contiguous rows: always a kernel
     cupy.moveaxis(y, axes, last)[...] = yt

@@ -2,6 +2,11 @@
 
 Read top-down, the choice is::
 
+    rows off 16-byte boundaries that lie back to
+    back in x and y (alike about them), of at most
+    FLAT_MAX_BYTES                                 -> "flat"      runs of rows staged per warp in
+                                                                  shared memory by 16-byte
+                                                                  copies, 1 read + 1 write
     rows of at most REGISTERS_MAX_COLS elements or
     REGISTERS_MAX_BYTES                            -> "registers" row in a warp's registers, 1 read
                                                                   + 1 write
@@ -57,7 +62,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
+METHODS = ("registers", "flat", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
 
 # Register-resident rows: at most REGISTERS_MAX_PER_LANE values of the compute type per lane and
 # at most REGISTERS_MAX_LANES lanes (one block) per row. Evidence: register budget (32 values +
@@ -250,6 +255,43 @@ WARP_WAVES = 8
 TILES_BLOCK = 128
 TILES_WARP_BYTES = 4096
 TILES_ROWS = (1, 2, 4, 8)
+
+# Short rows that lie back to back off 16-byte boundaries ("flat"): x's and y's rows alike about
+# them, each warp stages a run of about FLAT_WARP_BYTES of consecutive rows in shared memory by
+# 16-byte copies and stores it by 16-byte stores (kernels/softmax_fused.cu, softmax_flat), rows of
+# at most FLAT_MAX_COLS elements (32 lanes of 32 values) in blocks of FLAT_BLOCK threads; W lanes
+# a row, the fewest (a power of two) that hold it in at most FLAT_LANE_VALUES values a lane (else
+# 32), and E = ceil(cols / W) values a lane. FLAT_BLOCK and FLAT_WARP_BYTES: first values (the
+# tiles kernel's). The default takes rows of at most FLAT_MAX_BYTES[itemsize]. Evidence: H200,
+# 2026-12-01, runs s26-4 to s26-7 and s26-13 (fraction of copy, 2**26 elements, contiguous rows,
+# the flat kernel against main's plans in the same run; s26-4 and s26-13 two rounds, the others
+# one):
+# - E rounded up to a power of two, W up to 32 lanes (s26-4): bfloat16 129 / 257 / 301 / 33 0.65
+#   / 0.63 / 0.71 / 0.40, against exact E (s26-7) 0.79 / 0.86 / 0.87 / 0.86: a slot of E costs
+#   its instructions whether it holds an element or not. Skipping the empty slots by a run-time
+#   bound (s26-5, s26-6) lost more than it saved (bfloat16 501 0.80, against 0.93 in s26-4).
+# - FLAT_LANE_VALUES 8 against one lane a row up to 32 elements, then 32 lanes (s26-7): bfloat16
+#   33 / 47 / 65 / 97 0.86 / 0.91 / 0.79 / 0.92 against 0.40 / 0.52 / 0.62 / 0.76; float32 33 0.94
+#   against 0.72; rows of up to 31 and from 129 within 0.02. FLAT_LANE_VALUES 4 (s26-7) lost at
+#   bfloat16 17 / 33 / 65 (0.73 / 0.64 / 0.62). 16 (s26-6, with the run-time bound) lost bfloat16
+#   129 to 301 (0.51 to 0.68) to 8's 0.64 to 0.94: lanes of 16 read two rows of shared memory at
+#   once, whose banks overlap.
+# - FLAT_MAX_BYTES (s26-7, main's plans in brackets): bfloat16 3 / 17 / 33 / 129 / 257 / 501 0.96
+#   / 0.93 / 0.86 / 0.79 / 0.86 / 0.93 (0.34 / 0.22 / 0.35 / 0.55 / 0.58 / 0.82), 777 0.85 (0.86),
+#   1001 0.85 (0.93, its span a short row of its own kernel); float32 3 / 17 / 33 / 65 0.98 / 0.95
+#   / 0.94 / 0.93 (0.67 / 0.43 / 0.68 / 0.89), 97 / 197 / 301 / 501 0.93 / 0.92 / 0.93 / 0.93
+#   (0.96 / 0.96 / 0.97 / 1.00). Run s26-13 (two rounds), half-type rows past 1 KiB, bfloat16 /
+#   float16: 513 / 577 / 641 / 700 0.84 / 0.87 / 0.85 / 0.91, 0.84 / 0.86 / 0.85 / 0.91 against
+#   0.64 / 0.68 / 0.72 / 0.81, 0.65 / 0.69 / 0.74 / 0.83; 777 0.85 against 0.86 / 0.87; 850 0.88 /
+#   0.87 against 0.86; 1001 / 1012 0.85 / 0.88 against 0.93 / 0.94 (their spans' short rows).
+#   Run s26-9 (two rounds): float32 77 0.93 each against 0.95 / 0.94. Hence 1,536 bytes of half
+#   types (767 elements), and float32 rows of up to 70 elements, between 65 (a gain) and 77 (a
+#   loss).
+FLAT_BLOCK = 128
+FLAT_WARP_BYTES = 4096
+FLAT_MAX_COLS = 32 * 32
+FLAT_LANE_VALUES = 8
+FLAT_MAX_BYTES = {2: 1536, 4: 280}
 
 # Shared-memory rows: threads per block by the bytes a block holds, first row that fits wins.
 # Evidence: a first version (about 8 to 16 packs of 16 bytes per thread), then H200, 2026-11-30,
@@ -584,7 +626,7 @@ class Plan:
     chunk: int = 0  # online, columns: elements of the reduced axis per chunk
     chunks: int = 0  # online, columns: chunks per line
     width: int = 0  # registers, tiles: lanes per row; columns, slab: packs per strip
-    per_group: int = 0  # online, columns: lines per group
+    per_group: int = 0  # online, columns: lines per group; flat: rows a warp stages
     lines: int = 0  # grid, online, columns: rows or strips (the workspace's size); slab: strips
     held: int = 0  # cluster with a spill: packs of its slice a block holds; online: elements
     ahead: int = 0  # grid: chunks a block has in flight
@@ -616,6 +658,9 @@ def templates(itemsize: int, clusters: bool = True):
                     yield "softmax_short_spans", template
                 per_lane *= 2
         yield "softmax_registers", (vec, REGISTERS_WIDE_VALUES // vec, 0, 0)  # several warps
+        if vec * itemsize == 16:  # rows back to back: (E, W) of every row length they take
+            for width, per_lane in sorted({_flat_shape(c) for c in range(1, FLAT_MAX_COLS + 1)}):
+                yield "softmax_flat", (per_lane, width)
         for rows in TILES_ROWS:
             yield "softmax_tiles", (vec, rows)
         yield "softmax_block", (vec,)
@@ -749,6 +794,25 @@ def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
     grid = _looped_grid(rows, warps * 32 // width * batch, TILES_BLOCK, limits)
     launch = Launch("softmax_tiles", (vec, batch), grid, TILES_BLOCK, smem)
     return Plan("tiles", vec, launch, width=width)
+
+
+def _flat_shape(cols):
+    """(W, E) of flat rows of ``cols`` elements: lanes a row, values a lane."""
+    width = next(w for w in (1, 2, 4, 8, 16, 32) if math.ceil(cols / w) <= FLAT_LANE_VALUES or w == 32)
+    return width, math.ceil(cols / width)
+
+
+def _flat(rows, cols, itemsize, limits) -> Plan:
+    """Plan for the flat kernel (rows back to back, of at most FLAT_MAX_COLS elements): the
+    lanes and values of _flat_shape, and a warp's run of rows."""
+    width, per_lane = _flat_shape(cols)
+    groups = 32 // width
+    tile = max(1, FLAT_WARP_BYTES // (cols * itemsize) // groups) * groups
+    wide = 16 // itemsize
+    smem = FLAT_BLOCK // 32 * ((tile * cols + 2 * wide - 2) // wide) * 16  # as softmax_flat's cap
+    grid = _looped_grid(rows, FLAT_BLOCK // 32 * tile, FLAT_BLOCK, limits)
+    launch = Launch("softmax_flat", (per_lane, width), grid, FLAT_BLOCK, smem)
+    return Plan("flat", wide, launch, width=width, per_group=tile)
 
 
 def _threads_for(slice_bytes, itemsize):
@@ -937,13 +1001,24 @@ def _slab(outer, n, inner, itemsize, vec, width, size) -> Plan:
 
 
 def plan_rows(rows: int, cols: int, itemsize: int, vec: int, limits: Limits, method=None,
-              span=False) -> Plan:
+              span=False, flat=False) -> Plan | None:
     """Plan for ``rows`` contiguous rows of ``cols`` elements, rows ``vec``-aligned. ``span``:
     the rows are not all 16-byte aligned, but x's and y's lie alike about 16-byte boundaries;
     then the registers kernel's wide rows (and its short rows past REGISTERS_SHORT_SPAN_MIN_BYTES)
     and the block and cluster kernels take the 16-byte packs of each row's aligned span, sized as
-    rows of ``cols + 16 // itemsize - 1`` elements (_span_shape)."""
+    rows of ``cols + 16 // itemsize - 1`` elements (_span_shape). ``flat``: besides, the rows lie
+    back to back in x and in y; short ones take the flat kernel. None: a forced "flat" on rows
+    that are not (the caller makes contiguous copies)."""
+    if method == "flat":
+        if cols > FLAT_MAX_COLS:
+            raise ValueError(
+                f"method='flat' holds rows of at most {FLAT_MAX_COLS} elements (32 lanes of 32 "
+                f"values); {cols} do not fit"
+            )
+        return _flat(rows, cols, itemsize, limits) if flat and span else None
     span = span and vec * itemsize < 16
+    if method is None and flat and span and cols * itemsize <= FLAT_MAX_BYTES.get(itemsize, 0):
+        return _flat(rows, cols, itemsize, limits)
     if method == "registers" or (method is None and (
             cols <= _short_cols(itemsize) or _wide_default(cols, itemsize, vec, span))):
         if _registers_shape(cols, vec, itemsize) is None:
@@ -1042,4 +1117,5 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None) -> Plan 
         return None
     vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))
     alike = (addresses[0] - addresses[1]) % 16 == 0 and (layout.xs[0] - layout.ys[0]) * itemsize % 16 == 0
-    return plan_rows(layout.outer, layout.n, itemsize, vec, limits, method, alike)
+    flat = layout.outer == 1 or layout.xs[0] == layout.ys[0] == layout.n
+    return plan_rows(layout.outer, layout.n, itemsize, vec, limits, method, alike, flat)

@@ -12,6 +12,7 @@ HEADER = "common.cuh"
 FILES = {
     "softmax_registers": "softmax_fused.cu",
     "softmax_short_spans": "softmax_fused.cu",
+    "softmax_flat": "softmax_fused.cu",
     "softmax_tiles": "softmax_fused.cu",
     "softmax_block": "softmax_fused.cu",
     "softmax_cluster": "softmax_fused.cu",
@@ -170,6 +171,8 @@ def bind(plan, layout, dtype_name: str, device_id: int):
     fn = _bound(launch, dtype_name, device_id)
     outer, n, inner = layout.outer, layout.n, layout.inner
     (xso, xsn), (yso, ysn) = layout.xs, layout.ys
+    if plan.method == "flat":
+        return _launcher(launch, fn, (outer, n, xso, yso, plan.per_group))
     if plan.method in ("registers", "tiles"):
         return _launcher(launch, fn, (outer, n, xso, yso, plan.width))
     if launch.kernel == "softmax_spill":  # also the packs of its slice a block holds

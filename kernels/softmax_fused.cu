@@ -10,6 +10,9 @@
 //                           through shared memory.
 //   softmax_short_spans<T, V, P, R, W>  softmax_registers' short rows, for rows off 16-byte
 //                           boundaries, in the 16-byte packs of their aligned spans.
+//   softmax_flat<T, E, W>   short rows off 16-byte boundaries that lie back to back in x and y:
+//                           each warp stages a run of rows by 16-byte copies, works each row
+//                           with W lanes of E values, and stores the run by 16-byte stores.
 //   softmax_tiles<T, V, R>  short rows staged in shared memory by asynchronous copies: each
 //                           warp stages a tile of rows (R per lane group) before reducing any.
 //   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
@@ -60,6 +63,19 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
                 d[r] += v[r][p][j];
             }
     }
+}
+
+// exp(v[j] - m) in place for E values, and their sum (SHIFTED: by exp_shifted, m passes
+// shift_ok).
+template <bool SHIFTED, int E, typename C> __device__ inline C exp_all(C (&v)[E], C m) {
+    const C s = shift_of(m);
+    C d = 0;
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+        v[j] = exp_by<SHIFTED>(v[j], m, s);
+        d += v[j];
+    }
+    return d;
 }
 
 // Rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R rows per
@@ -391,6 +407,77 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
             const C d = group_reduce(st.template sum<true>(m), width, SumOp());
             st.template write<true>(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(d, C()));
         }
+    }
+}
+
+// Short rows that lie back to back in x and in y (row r at r * cols; ldx = ldy = cols, or a
+// single row), x's and y's alike about 16-byte boundaries, rows off them: a warp's `tile`
+// consecutive rows are one run of memory, staged whole. The warp copies the run's 16-byte packs
+// into its part of the dynamic shared memory (asynchronous copies; element loads for a pack
+// that passes either end of x, so nothing outside x is read), works each row from there with W
+// lanes (a power of two up to 32; E elements a lane in registers, W * E >= cols; 32 / W rows at
+// a time), writes the results over the staged elements, and stores the run's packs: the whole
+// ones by 16-byte stores, the first and last, which the neighbouring runs share, element by
+// element. The bytes of the neighbours' rows in those two packs are read (whole copies) but
+// never used or written, so x may equal y. `tile`: a multiple of 32 / W.
+template <typename T, int E, int W>
+__global__ void __launch_bounds__(128) softmax_flat(const T* x, T* y, long long rows, int cols, long long ldx,
+                                                    long long ldy, int tile) {
+    using C = compute_t<T>;
+    constexpr int Q = 16 / sizeof(T);  // elements a 16-byte pack
+    extern __shared__ __align__(16) unsigned char smem[];
+    if ((rows > 1 && (ldx != cols || ldy != cols)) || !rows_alike(x, y, ldx, ldy) || tile % (32 / W)) __trap();
+    const int lane = threadIdx.x & 31, sub = lane & (W - 1), group = lane / W;
+    const int cap = (tile * cols + 2 * Q - 2) / Q;  // packs of a warp's run, at most
+    T* s = reinterpret_cast<T*>(smem) + (long long)(threadIdx.x >> 5) * cap * Q;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const long long total = rows * cols;
+    for (long long r0 = warp * tile; r0 < rows; r0 += warps * tile) {
+        const int n = int(min((long long)tile, rows - r0));  // rows of this run
+        const long long a = r0 * cols, b = a + (long long)n * cols;  // the run: x[a], ..., x[b - 1]
+        const int head = head_of(x + a);
+        const long long base = a - head;  // the run's first 16-byte boundary
+        const int packs = int((b - base + Q - 1) / Q);
+        for (int k = lane; k < packs; k += 32) {
+            const long long c = base + (long long)k * Q;
+            stage_pack<T, Q, true>(s + k * Q, x + c, total - c, -c);
+        }
+        copy_wait();
+        __syncwarp();
+        for (int i0 = 0; i0 < n; i0 += 32 / W) {
+            const int i = i0 + group;  // past n: -inf throughout, nothing written
+            T* row = s + head + i * cols;
+            C v[E], m[1] = {neg_inf<C>()}, d[1];
+#pragma unroll
+            for (int j = 0; j < E; ++j) {
+                const int c = sub + j * W;
+                v[j] = i < n && c < cols ? Traits<T>::in(bits(row)[c]) : neg_inf<C>();
+                m[0] = fmax(m[0], v[j]);
+            }
+            lanes_reduce_rows<W>(m, MaxOp());
+            // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
+            d[0] = shift_ok(m[0]) ? exp_all<true>(v, m[0]) : exp_all<false>(v, m[0]);
+            lanes_reduce_rows<W>(d, SumOp());
+            const C scale = scale_of(d[0], C());
+#pragma unroll
+            for (int j = 0; j < E; ++j) {
+                const int c = sub + j * W;
+                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(v[j] * scale);
+            }
+        }
+        __syncwarp();
+        for (int k = lane; k < packs; k += 32) {
+            const long long c = base + (long long)k * Q;
+            if (c >= a && c + Q <= b) {
+                store_pack_global<T, Q>(y + c, load_pack<T, Q>(s + k * Q));
+            } else {
+#pragma unroll
+                for (int j = 0; j < Q; ++j)
+                    if (c + j >= a && c + j < b) bits(y)[c + j] = bits(s)[k * Q + j];
+            }
+        }
+        __syncwarp();  // the stores' reads of the run before the next run's copies
     }
 }
 

@@ -375,7 +375,8 @@ def test_templates_are_finite_and_cover_vector_widths():
     for itemsize in (2, 4, 8):
         t = list(d.templates(itemsize))
         assert len(t) == len(set(t))
-        assert {tp[0] for _, tp in t if tp} == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}
+        vecs = {tp[0] for k, tp in t if tp and k != "softmax_flat"}  # flat: (E, W), 16-byte packs
+        assert vecs == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}
 
 
 def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
@@ -447,3 +448,39 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
         rows(block_top - 1, block_top - 1, block_top - 1, method="block")
     # wide rows whose span passes the registers kernel's lanes keep their packs
     assert rows(16383, 16383, 16383, method="registers").launch.template == (1, 16, 0, 0)
+
+
+def test_flat_rows():
+    """Rows off 16-byte boundaries that lie back to back in x and y, alike about them, take the
+    flat kernel up to FLAT_MAX_BYTES (types of at most 4 bytes); W lanes of exactly E values."""
+    def rows(cols, itemsize=2, ldx=None, ldy=None, xa=0, ya=0, n=1000, method=None):
+        ldx, ldy = cols if ldx is None else ldx, cols if ldy is None else ldy
+        return d.plan(Layout(n, cols, 1, (ldx, 1), (ldy, 1)), itemsize, (xa, ya), H200, method)
+
+    # (cols, itemsize) -> (E, W): one lane up to 8 values, then the fewest lanes of at most 8,
+    # 32 lanes from 129 elements on
+    for cols, isz, shape in ((3, 2, (3, 1)), (17, 2, (5, 4)), (33, 2, (5, 8)), (65, 2, (5, 16)),
+                             (129, 2, (5, 32)), (501, 2, (16, 32)), (3, 4, (3, 1)), (65, 4, (5, 16))):
+        p = rows(cols, isz)
+        assert (p.method, p.launch.kernel, p.launch.template, p.vec) == ("flat", "softmax_flat", shape, 16 // isz)
+        assert p.per_group % (32 // shape[1]) == 0 and p.per_group * cols * isz <= d.FLAT_WARP_BYTES
+        assert p.launch.smem == 4 * ((p.per_group * cols + 2 * (16 // isz) - 2) // (16 // isz)) * 16
+    assert rows(1, 2).launch.template == (1, 1) and rows(1, 2).per_group % 32 == 0
+    # past FLAT_MAX_BYTES, aligned rows, float64, rows apart, x unlike y: other kernels
+    assert rows(641, 2).launch.template == (21, 32)
+    assert rows(777, 2).method == rows(81, 4).method == "registers"
+    assert rows(128, 2).method == rows(64, 4).method == "registers"  # 16-byte rows
+    assert rows(3, 8).method == "registers"
+    assert rows(129, 2, ldx=130, ldy=130).method == "registers"
+    assert rows(129, 2, xa=2).method == "registers"
+    # an aligned start with rows apart by a multiple of 16 bytes but x off y: not flat either
+    assert rows(129, 2, ldx=136, ldy=129).method == "registers"
+    # forced: any length up to FLAT_MAX_COLS and any type where the rows lie back to back (a
+    # single row too); elsewhere None (the caller copies); longer rows name the limit
+    assert rows(1024, 4, method="flat").launch.template == (32, 32)
+    assert rows(3, 8, method="flat").launch.template == (3, 1)
+    assert rows(129, 2, n=1, ldx=0, ldy=0, method="flat").method == "flat"
+    assert rows(129, 2, ldx=130, ldy=130, method="flat") is None
+    assert rows(129, 2, xa=2, method="flat") is None
+    with pytest.raises(ValueError, match="1024 elements"):
+        rows(1025, 2, method="flat")

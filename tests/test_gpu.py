@@ -18,7 +18,7 @@ from _support import (BF16, FLOAT_DTYPES, assert_same_bits, assert_softmax, bloc
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 pytestmark = requires_gpu
 
-ROW_METHODS = ("registers", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
+ROW_METHODS = ("registers", "flat", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
 
 
 def limits():
@@ -281,11 +281,56 @@ def test_span_rows_at_the_ends_of_their_arrays(cols, dtype):
     assert cusoftmax.softmax(x, out=y) is y
     assert_softmax(y, x, -1)
     assert np.isnan(to_host(ybuf[:, 0])).all() and np.isnan(to_host(ybuf[:, 1 + cols:])).all()
-    # The plans of rows one element off 16-byte boundaries (in their spans where vec * isz is 16).
+    # The plans of rows one element off 16-byte boundaries (in their spans where vec * isz is 16)
+    # that do not lie back to back: contiguous rows' but for the flat kernel.
     at = (16 + isz, 16 + isz)
-    contiguous = _dispatch.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, at, limits())
+    spans = _dispatch.plan_rows(rows, cols, isz, _dispatch.vector_width(isz, at, (cols, cols)), limits(), span=True)
     for xs, ys in (((-cols, 1), (-cols, 1)), ((0, 1), (ldy, 1))):
-        assert _dispatch.plan(Layout(rows, cols, 1, xs, ys), isz, at, limits()) == contiguous
+        assert _dispatch.plan(Layout(rows, cols, 1, xs, ys), isz, at, limits()) == spans
+
+
+@pytest.mark.parametrize("cols", [1, 3, 7, 17, 33, 97, 129, 301, 501, 641, 1001])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_flat_runs_of_rows(cols, dtype):
+    """The flat kernel stages runs of rows that lie back to back by 16-byte copies: arrays whose
+    first element is 0 to 15 bytes past a 16-byte boundary (its first pack loaded element by
+    element, nothing read before x) and that end at their allocation's end (the last pack
+    too, nothing read past it), rows not a multiple of a warp's run, special rows (the same as
+    test_special_rows_beside_normal_rows), in place (the same bits), nothing written outside y.
+    The policy takes it for rows off 16-byte boundaries of up to FLAT_MAX_BYTES of types of up
+    to 4 bytes."""
+    dt, isz = np.dtype(dtype), np.dtype(dtype).itemsize
+    values = special_lines(cols, dtype).astype(dt)
+    rows = 12 * 37 + 5  # past several warps' runs, the last run short
+    values = np.concatenate([values] * 38)[:rows]
+    for lead in sorted({0, 1, 16 // isz - 1}):  # x starts `lead` elements past a 16-byte boundary
+        buf = cupy.asarray(np.concatenate([np.zeros(lead, dt), values.ravel()]))  # ends with x
+        x = buf[lead:].reshape(rows, cols)
+        ybuf = cupy.full(rows * cols + lead + 16 // isz, np.nan, dtype=dt)
+        y = ybuf[lead:lead + rows * cols].reshape(rows, cols)
+        assert cusoftmax.softmax(x, out=y, method="flat") is y
+        assert_softmax(y, x, -1)
+        h = to_host(y)
+        assert np.isnan(h[1:4]).all() and np.isnan(h[13:16]).all() and h[5, 0] == 1.0
+        assert np.isnan(to_host(ybuf[:lead])).all() and np.isnan(to_host(ybuf[lead + rows * cols:])).all()
+        inplace = buf.copy()[lead:].reshape(rows, cols)
+        assert cusoftmax.softmax(inplace, out=inplace, method="flat") is inplace
+        assert_same_bits(inplace, y)
+        p = _dispatch.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr), limits())
+        default = cols * isz <= _dispatch.FLAT_MAX_BYTES.get(isz, 0)  # every case here is off
+        assert (p.method == "flat") == default, (lead, p)
+        if default:  # the policy's plan: the same bits
+            y2 = cupy.full_like(ybuf, np.nan)[lead:lead + rows * cols].reshape(rows, cols)
+            assert_same_bits(cusoftmax.softmax(x, out=y2), y)
+    # Layouts it does not take run on aligned contiguous copies when forced: rows apart (a view)
+    # and x unlike y about 16-byte boundaries.
+    wide = cupy.asarray(values[:40].astype(dt))
+    x = cupy.zeros((40, cols + 3), dtype=dt)[:, 1:1 + cols]
+    x[...] = wide
+    assert_softmax(poisoned_softmax(x, method="flat"), x, -1)
+    odd = cupy.zeros(40 * cols + 1, dtype=dt)[1:].reshape(40, cols)
+    odd[...] = wide
+    assert_softmax(poisoned_softmax(odd, method="flat"), odd, -1)
 
 
 @pytest.mark.parametrize("cols", [2**20, 2**20 + 5])  # packs of 4, of 1
@@ -305,7 +350,7 @@ def test_online_rows_in_place(cols):
 
 @pytest.mark.parametrize("method", ROW_METHODS)
 def test_deterministic_and_batch_independent(method):
-    cols = 3000
+    cols = 1001 if method == "flat" else 3000  # flat: rows of at most FLAT_MAX_COLS
     x = cupy.asarray(make_values(np.random.default_rng(6), (64, cols), np.dtype(np.float32)))
     a = cusoftmax.softmax(x, method=method)
     b = cusoftmax.softmax(x, method=method)
