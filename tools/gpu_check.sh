@@ -55,7 +55,7 @@ for what in ${@:-tests sanitize bench}; do
         # racecheck: the special rows of 1000000 and each spill case take 30 s or more under it
         # (runs s9-5 to s9-7), so it takes float32's two spill cases.
         step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
-            -k "(special and not 1000000) or strided or determin or past_grid or two_pass or grid_slots or (spill and float32)"
+            -k "(special and not 1000000) or strided or determin or past_grid or two_pass or grid_slots or (spill and float32) or flat_runs"
         # synccheck stops on 8 or more clusters of 16 blocks exchanging by st.async, the 30-line
         # tools/mail_probe.py too (BENCHMARKS.md): the rows of 100000 run 12 such clusters, so
         # they are left out here (and so the rows of 1000000, which "100000" also selects) and
@@ -63,7 +63,7 @@ for what in ${@:-tests sanitize bench}; do
         # The slab's special columns stop it too (run s12-12: also on the slab before the twelfth
         # session), after a warning of too many tracked barriers.
         step synccheck sanitizer.log "${sanitize[@]}" synccheck "${pytest[@]}" tests/test_gpu.py \
-            -k "(two_pass or grid_slots or past_grid or determin or spill or (special and not 100000)) and not special_columns"
+            -k "(two_pass or grid_slots or past_grid or determin or spill or flat_runs or (special and not 100000)) and not special_columns"
         step synccheck-mail sanitizer.log "${sanitize[@]}" synccheck env PYTHONPATH=. python3 tools/mail_probe.py 7 16
         step synccheck-mail sanitizer.log "${sanitize[@]}" synccheck env PYTHONPATH=. python3 tools/mail_probe.py 24 8
         ;;
