@@ -293,9 +293,10 @@ def test_span_rows_at_the_ends_of_their_arrays(cols, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_flat_runs_of_rows(cols, dtype):
     """The flat kernel stages runs of rows that lie back to back by 16-byte copies: arrays whose
-    first element is 0 to 15 bytes past a 16-byte boundary (its first pack loaded element by
-    element, nothing read before x) and that end at their allocation's end (the last pack
-    too, nothing read past it), rows not a multiple of a warp's run, special rows (the same as
+    first element is 0, 1 or 16 // itemsize - 1 elements past a 16-byte boundary (past it, the
+    first pack is loaded element by element: nothing is read before x) and that end at their
+    allocation's end (the last pack too: nothing is read past it), rows not a multiple of a
+    warp's run, special rows (the same as
     test_special_rows_beside_normal_rows), in place (the same bits), nothing written outside y.
     The policy takes it for rows off 16-byte boundaries of up to FLAT_MAX_BYTES of types of up
     to 4 bytes."""
