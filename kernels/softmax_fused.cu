@@ -65,19 +65,6 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
     }
 }
 
-// exp(v[j] - m) in place for E values, and their sum (SHIFTED: by exp_shifted, m passes
-// shift_ok).
-template <bool SHIFTED, int E, typename C> __device__ inline C exp_all(C (&v)[E], C m) {
-    const C s = shift_of(m);
-    C d = 0;
-#pragma unroll
-    for (int j = 0; j < E; ++j) {
-        v[j] = exp_by<SHIFTED>(v[j], m, s);
-        d += v[j];
-    }
-    return d;
-}
-
 // Rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R rows per
 // lane group per iteration, blocks of up to 128 threads. The loop runs per warp, not per row:
 // every lane runs the same iterations, so the shuffles stay converged. A group takes R rows per
@@ -448,22 +435,25 @@ __global__ void __launch_bounds__(128) softmax_flat(const T* x, T* y, long long 
         for (int i0 = 0; i0 < n; i0 += 32 / W) {
             const int i = i0 + group;  // past n: -inf throughout, nothing written
             T* row = s + head + i * cols;
-            C v[E], m[1] = {neg_inf<C>()}, d[1];
+            C v[1][E][1], m[1] = {neg_inf<C>()}, d[1];  // one row of E packs of one (exp_rows)
 #pragma unroll
             for (int j = 0; j < E; ++j) {
                 const int c = sub + j * W;
-                v[j] = i < n && c < cols ? Traits<T>::in(bits(row)[c]) : neg_inf<C>();
-                m[0] = fmax(m[0], v[j]);
+                v[0][j][0] = i < n && c < cols ? Traits<T>::in(bits(row)[c]) : neg_inf<C>();
+                m[0] = fmax(m[0], v[0][j][0]);
             }
             lanes_reduce_rows<W>(m, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
-            d[0] = shift_ok(m[0]) ? exp_all<true>(v, m[0]) : exp_all<false>(v, m[0]);
+            if (shift_ok(m[0]))
+                exp_rows<true>(v, m, d);
+            else
+                exp_rows<false>(v, m, d);
             lanes_reduce_rows<W>(d, SumOp());
             const C scale = scale_of(d[0], C());
 #pragma unroll
             for (int j = 0; j < E; ++j) {
                 const int c = sub + j * W;
-                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(v[j] * scale);
+                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(v[0][j][0] * scale);
             }
         }
         __syncwarp();
