@@ -52,15 +52,13 @@ struct StripLane {
     }
 };
 
+// Each of this thread's V columns' (m, d) over its steps k0 + lane, k0 + lane + lanes, ... < k1,
+// from xo (the thread's first column at step 0), in batches of COLUMN_BATCH steps.
 template <typename T, int V, typename C>
-__device__ inline void columns_read(const T* x, long long xso, long long xsn,
-                                    const StripLane& at, long long k0, long long k1, long long c,
-                                    long long chunks, int width, double* line_part,
-                                    double* line_stats, unsigned* line_count, MD<C>* red, int* flag) {
-    MD<C> s[V];
+__device__ inline void column_states(const T* xo, const StripLane& at, long long k0, long long k1,
+                                     long long xsn, MD<C> (&s)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) s[j] = MD<C>::identity();
-    const T* xo = x + at.o * xso + at.col;
     for (long long k = k0 + at.lane; k < k1; k += COLUMN_BATCH * at.lanes) {
         Pack<T, V> p[COLUMN_BATCH];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
@@ -75,6 +73,35 @@ __device__ inline void columns_read(const T* x, long long xso, long long xsn,
 #pragma unroll
         for (int j = 0; j < V; ++j) s[j].push_pack(w[j]);  // one rescale check per column per batch
     }
+}
+
+// The same steps read again and written, exp(x - m) * scale per column, to yo.
+template <typename T, int V, typename C>
+__device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, long long k0, long long k1,
+                                     long long xsn, long long ysn, const C (&m)[V], const C (&scale)[V]) {
+    for (long long k = k0 + at.lane; k < k1; k += COLUMN_BATCH * at.lanes) {
+        Pack<T, V> p[COLUMN_BATCH];
+        load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
+#pragma unroll
+        for (int b = 0; b < COLUMN_BATCH; ++b) {
+            const long long kb = k + b * at.lanes;
+            if (kb >= k1) break;
+            C v[V];
+            unpack(p[b], v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - m[j]) * scale[j];
+            store_row_pack<T, V>(yo + kb * ysn, 0, at.left, v);
+        }
+    }
+}
+
+template <typename T, int V, typename C>
+__device__ inline void columns_read(const T* x, long long xso, long long xsn,
+                                    const StripLane& at, long long k0, long long k1, long long c,
+                                    long long chunks, int width, double* line_part,
+                                    double* line_stats, unsigned* line_count, MD<C>* red, int* flag) {
+    MD<C> s[V];
+    column_states<T, V>(x + at.o * xso + at.col, at, k0, k1, xsn, s);
     // Merge over the step lanes, in lane order, column by column; lane 0 writes the partials.
     const int cols = width * V;
     double* chunk_part = line_part + 2LL * c * cols;
@@ -110,22 +137,7 @@ __device__ inline void columns_write(const T* x, T* y, long long xso, long long 
         m[j] = s.m;
         scale[j] = scale_of(s.d, C());
     }
-    const T* xo = x + at.o * xso + at.col;
-    T* yo = y + at.o * yso + at.col;
-    for (long long k = k0 + at.lane; k < k1; k += COLUMN_BATCH * at.lanes) {
-        Pack<T, V> p[COLUMN_BATCH];
-        load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
-#pragma unroll
-        for (int b = 0; b < COLUMN_BATCH; ++b) {
-            const long long kb = k + b * at.lanes;
-            if (kb >= k1) break;
-            C v[V];
-            unpack(p[b], v);
-#pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - m[j]) * scale[j];
-            store_row_pack<T, V>(yo + kb * ysn, 0, at.left, v);
-        }
-    }
+    column_writes<T, V>(x + at.o * xso + at.col, y + at.o * yso + at.col, at, k0, k1, xsn, ysn, m, scale);
 }
 
 // Blocks of at most COLUMNS_MAX_THREADS threads, `width` (a power of two) dividing the block.
@@ -245,14 +257,53 @@ __device__ inline void merge_column_pairs(const float* pairs, int nb, int G, int
     }
 }
 
+// A line's column pairs merged over the block's warps, then over the cluster's CL blocks in
+// round k of `mail`: on entry m[j] and d[j] are the warp's max of column pack * V + j and its sum
+// of exp against that max (on every lane of the pack); on return m[j] is the column's max and
+// scale[j] 1 / its sum, the same bits on every block. The warps' pairs are merged per column
+// (lane w of a column's group takes warp w's pair) and sent to every block of the cluster (lane w
+// to blocks w, w + warps, ...); then column c merges the blocks' pairs in the same shuffle tree
+// on every block. `recv`: two rounds of [RB][cols] (m, d) float pairs, RB at least the cluster's
+// blocks and the block's warps: round k receives the blocks' pairs while the other holds the
+// warps' (no peer sends into it before this block has sent round k's pairs, which it does only
+// after reading its warps'). `fin`: [cols] pairs, read by every thread after the last barrier
+// here.
+template <int CL, int V>
+__device__ inline void cluster_columns(float (&m)[V], const float (&d)[V], float (&scale)[V], int pack,
+                                       int width, int cols, int rank, int k, int RB,
+                                       const Mail<CL>& mail, float* recv, float* fin) {
+    float* round = recv + (k & 1) * 2 * RB * cols;
+    float* own = recv + (~k & 1) * 2 * RB * cols;
+    const int warps = blockDim.x >> 5;
+    if ((threadIdx.x & 31) < width)
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            own[2 * ((threadIdx.x >> 5) * cols + pack * V + j)] = m[j];
+            own[2 * ((threadIdx.x >> 5) * cols + pack * V + j) + 1] = d[j];
+        }
+    if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);
+    __syncthreads();
+    merge_column_pairs(own, warps, warps, cols, [&](int c, int w, float top, float sum) {
+        for (int b = w; b < CL; b += warps) mail.send(k, b, round + 2 * (rank * cols + c), top, sum);
+    });
+    mail.wait(k);  // the blocks' pairs of this line
+    merge_column_pairs(round, CL, CL, cols, [&](int c, int b, float top, float sum) {
+        if (b == 0) {
+            fin[2 * c] = top;
+            fin[2 * c + 1] = scale_of(sum, float());
+        }
+    });
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < V; ++j) m[j] = fin[2 * (pack * V + j)], scale[j] = fin[2 * (pack * V + j) + 1];
+}
+
 constexpr int SLAB_MAX_THREADS = 256;
 constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
 // Dynamic shared memory ahead of the slab: two barriers of the blocks' exchange (Mail), per
-// column the merged (m, scale) (SLAB_SCRATCH bytes); then two rounds of column pairs, each
-// [max(CL, SLAB_MAX_WARPS)][cols] (m, d) floats (16 * max(CL, SLAB_MAX_WARPS) * cols bytes): a
-// line's round receives the cluster's blocks' pairs, the other round meanwhile holds the
-// block's warps' pairs (no peer sends into it before this block has sent the line's pairs, which
-// it does only after reading its warps').
+// column the merged (m, scale) (SLAB_SCRATCH bytes); then cluster_columns' two rounds of column
+// pairs, each [max(CL, SLAB_MAX_WARPS)][cols] (m, d) floats (16 * max(CL, SLAB_MAX_WARPS) * cols
+// bytes).
 constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4;
 // A line's copies, committed in groups, each group's max walked as soon as it lands. Evidence:
 // H200, 2026-11-30, run s13-2 (three rounds, axis 0 of 4096 x 16384 / 16384 x 4096): 4 groups
@@ -318,34 +369,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                 for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
             }
         warp_columns_reduce(d, width, SumOp());
-        // The warps' pairs, merged per column (lane w of a column's group takes warp w's pair),
-        // to every block of the cluster (lane w sends to blocks w, w + warps, ...); then column
-        // c merges the blocks' pairs in the same shuffle tree on every block: the same bits.
-        float* round = recv + (k & 1) * 2 * RB * cols;
-        float* own = recv + (~k & 1) * 2 * RB * cols;
-        const int warps = blockDim.x >> 5;
-        if ((threadIdx.x & 31) < width)
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-                own[2 * ((threadIdx.x >> 5) * cols + part.pack * V + j)] = m[j];
-                own[2 * ((threadIdx.x >> 5) * cols + part.pack * V + j) + 1] = d[j];
-            }
-        if (threadIdx.x == 0) mail.expect(k, CL * cols * 8);
-        __syncthreads();
-        merge_column_pairs(own, warps, warps, cols, [&](int c, int w, float top, float sum) {
-            for (int b = w; b < CL; b += warps) mail.send(k, b, round + 2 * (rank * cols + c), top, sum);
-        });
-        mail.wait(k);  // the blocks' pairs of this line
-        merge_column_pairs(round, CL, CL, cols, [&](int c, int b, float top, float sum) {
-            if (b == 0) {
-                fin[2 * c] = top;
-                fin[2 * c + 1] = scale_of(sum, float());
-            }
-        });
-        __syncthreads();
         float scale[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) m[j] = fin[2 * (part.pack * V + j)], scale[j] = fin[2 * (part.pack * V + j) + 1];
+        cluster_columns(m, d, scale, part.pack, width, cols, rank, k, RB, mail, recv, fin);
         if (left > 0) {
             T* dst = y + offset(line, yso, ysn);
             for (int s = part.lane; s < part.count; s += part.lanes) {
