@@ -1,6 +1,10 @@
-"""Every kernel instantiation the dispatcher can emit compiles with NVRTC for sm_80 and sm_90.
+"""Every kernel instantiation the dispatcher can emit compiles with NVRTC for sm_80 and sm_90, and so
+do the axis-0 probe's (tools/reread_probe.py) for sm_90.
 
 Runs without a GPU: NVRTC needs no device. Skips only where NVRTC itself is missing."""
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +13,7 @@ from cusoftmax import _dispatch, _kernels
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 nvrtc = cupy.cuda.nvrtc
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _include_dir():
@@ -27,18 +32,17 @@ def _expressions(filename, arch):
                 yield _kernels.name_expression(kernel, dtype_name, template)
 
 
-@pytest.mark.parametrize("arch", ["80", "90"])
-@pytest.mark.parametrize("filename", sorted(set(_kernels.FILES.values())))
-def test_every_instantiation_compiles(filename, arch):
+def _compiles(text, filename, exprs, arch, extra=()):
+    """Every expression of `exprs` compiles from `text` for sm_`arch` (NVRTC options `extra`
+    besides the library's) without a warning."""
     try:
         nvrtc.getVersion()
     except Exception as e:
         pytest.skip(f"NVRTC is not loadable: {e}")
-    exprs = list(_expressions(filename, arch))
     assert exprs
     options = ("-std=c++17", f"-arch=sm_{arch}", f"-I{_include_dir()}",
-               "--device-as-default-execution-space")
-    prog = nvrtc.createProgram(_kernels.source(filename), filename, (), ())
+               "--device-as-default-execution-space", *extra)
+    prog = nvrtc.createProgram(text, filename, (), ())
     try:
         for e in exprs:
             nvrtc.addNameExpression(prog, e)
@@ -53,6 +57,23 @@ def test_every_instantiation_compiles(filename, arch):
         assert len(nvrtc.getCUBIN(prog)) > 0
     finally:
         nvrtc.destroyProgram(prog)
+
+
+@pytest.mark.parametrize("arch", ["80", "90"])
+@pytest.mark.parametrize("filename", sorted(set(_kernels.FILES.values())))
+def test_every_instantiation_compiles(filename, arch):
+    _compiles(_kernels.source(filename), filename, list(_expressions(filename, arch)), arch)
+
+
+def test_reread_probe_compiles():
+    """tools/reread_probe.py builds its kernel from softmax_columns.cu's pieces: it keeps compiling
+    as they change (sm_90: the probe needs clusters)."""
+    spec = importlib.util.spec_from_file_location("reread_probe", ROOT / "tools" / "reread_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    # 177: the slab's constants, declared but unused by the probe's kernels
+    _compiles(probe.source(), "reread_probe.cu", list(probe.instantiations().values()), "90",
+              ("-diag-suppress=177",))
 
 
 def test_header_edit_changes_the_source():

@@ -1,0 +1,191 @@
+"""Whether softmax along axis 0 of a C-contiguous (n x inner) matrix can reach 0.85 of copy by
+holding nothing on chip and reading x twice, the second time from L2.
+
+The kernel (`reread` below, built from softmax_columns.cu's pieces) walks lines as the slab does:
+a line is a strip of `width` 16-byte packs of every row, cut over the CL blocks of a cluster along
+n. Each block reads its slice once into per-thread running (max, sum) pairs (column_states), the
+pairs are merged over the block's warps and the cluster's blocks (cluster_columns), and the block
+reads its slice again, this time from L2, and writes it (column_writes). Unlike the slab, the
+strip's width is not bounded by shared memory (n x 16 x width bytes a line), so strips of 256 and
+512 bytes can be walked, where the slab takes 64 or 128 (run s20-9, float32 4096 x 16384: a copy
+walked in strips of 64 / 128 / 256 bytes ran at 0.58 to 0.61 / 0.79 / 0.86 to 0.90 of copy). The cost is L2's room: a grid
+of K clusters keeps about K x n x 16 x width bytes between a slice's two reads, so the grid is
+cut to K clusters that walk the lines in turn (K printed with that working set).
+
+MODE 1 is a plain copy in the same walk (each slice read once and written; no second read, no
+exchange): the ceiling of the walk itself. Every MODE 0 result is checked against cusoftmax's own
+axis-0 result (whatever the dispatcher runs there), to twice the dtype's bound, and sampled columns
+against a float64 reference, before it is timed. Timed as the benchmark times
+(`cusoftmax.bench.Timer`: L2 flushed, CUDA events, median of 30), against a device-to-device copy
+of the same bytes. Run on a sm_90 GPU: `python3 tools/reread_probe.py [--out DIR]`, or
+`tools/gpu_check.sh axis0-probe` (under its step's time limit)."""
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import cupy
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import cusoftmax  # noqa: E402
+from cusoftmax import _accuracy, _kernels, bench  # noqa: E402
+
+PROBE = r"""
+namespace csm {
+#if __CUDA_ARCH__ >= 900
+// MODE 0: softmax over n; MODE 1: y = x, one read and one write in the same walk.
+template <typename T, int V, int CL, int THREADS, int MODE>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)
+    reread(const T* x, T* y, long long n, long long inner, int width) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int RB = CL > THREADS / 32 ? CL : THREADS / 32;
+    const Mail<CL> mail{reinterpret_cast<unsigned long long*>(smem)};
+    const int cols = width * V;
+    float* fin = reinterpret_cast<float*>(smem + 16);  // [cols][2]
+    float* recv = fin + 2 * cols;                       // [2][RB][cols][2]
+    const int rank = int(cluster_rank<CL>());
+    const long long per = (n + CL - 1) / CL, k0 = rank * per, k1 = min(n, k0 + per);
+    const long long lines = inner / cols;  // the probe's inner is a multiple of cols
+    mail.open();
+    int k = 0;
+    for (long long line = blockIdx.x / CL; line < lines; line += gridDim.x / CL, ++k) {
+        const StripLane at(line, lines, inner, width, V);
+        const T* xo = x + at.col;
+        T* yo = y + at.col;
+        if constexpr (MODE == 1) {
+            for (long long s = k0 + at.lane; s < k1; s += COLUMN_BATCH * at.lanes) {
+                Pack<T, V> p[COLUMN_BATCH];
+                load_steps<T, V>(xo, s, at.lanes, k1, inner, at.left, p);
+#pragma unroll
+                for (int b = 0; b < COLUMN_BATCH; ++b)
+                    if (s + b * at.lanes < k1) store_pack_global<T, V>(yo + (s + b * at.lanes) * inner, p[b]);
+            }
+        } else {
+            MD<float> s[V];
+            column_states<T, V>(xo, at, k0, k1, inner, s);
+            if (k == 0) mail.opened();
+            float m[V], d[V], scale[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) m[j] = s[j].m;
+            warp_columns_reduce(m, width, MaxOp());
+#pragma unroll
+            for (int j = 0; j < V; ++j) d[j] = float(sum_at(s[j].m, s[j].d, m[j]));
+            warp_columns_reduce(d, width, SumOp());
+            cluster_columns(m, d, scale, at.pack, width, cols, rank, k, RB, mail, recv, fin);
+            column_writes<T, V>(xo, yo, at, k0, k1, inner, inner, m, scale);
+        }
+    }
+    if (MODE == 1 || k == 0) mail.opened();  // still leave the cluster barrier
+    mail.close();
+}
+#endif
+}  // namespace csm
+"""
+
+TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
+SHAPES = [(4096, 16384), (16384, 4096)]
+WIDTHS = [16, 32]  # packs a strip: 256 and 512 bytes of each row
+CLUSTERS = [8, 16]
+THREADS = [512, 1024]
+
+
+def instantiations():
+    """Every kernel the probe launches: (dtype name, CL, threads, mode) -> name expression."""
+    return {(d, cl, t, mode): f"csm::reread<{c}, {16 // (4 if d == 'float32' else 2)}, {cl}, {t}, {mode}>"
+            for d, c in TYPES.items() for cl in CLUSTERS for t in THREADS for mode in (0, 1)}
+
+
+def source():
+    return _kernels.source("softmax_columns.cu") + PROBE
+
+
+def smem_bytes(cl, threads, cols):
+    rb = max(cl, threads // 32)
+    return 16 + 8 * cols + 2 * rb * cols * 8
+
+
+def main(argv=None):
+    from cupy_backends.cuda.api import driver
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="probe-results", help="folder for reread_probe.csv")
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args(argv)
+    names = instantiations()
+    mod = cupy.RawModule(code=source(), options=_kernels.OPTIONS, name_expressions=tuple(names.values()))
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    timer = bench.Timer(cupy, args.repeat)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table, writer = open(out / "reread_probe.csv", "w", newline=""), None  # a row as each case ends
+    for dname in TYPES:
+        dt = bench._dtype(cupy, dname)
+        V = 16 // dt.itemsize
+        for n, inner in SHAPES:
+            x = (cupy.random.standard_normal((n, inner), dtype=cupy.float32) * 4).astype(dt)
+            y = cupy.empty_like(x)
+            copy = timer.events(lambda: y.data.copy_from_device_async(x.data, x.nbytes))
+            ours = timer.events(lambda: cusoftmax.softmax(x, axis=0, out=y))
+            ref = cusoftmax.softmax(x, axis=0).astype(cupy.float32)
+            rtol, atol = _accuracy.TOLERANCE[dname]
+
+            def check(mode):
+                """None, or what is wrong: softmax within twice the dtype's bound of cusoftmax's
+                result everywhere and within the bound of a float64 reference on sampled
+                columns (bench's check); the copy bit for bit."""
+                if mode == 1:
+                    return None if bool(cupy.array_equal(y.view(cupy.uint8), x.view(cupy.uint8))) else "copy differs"
+                yy = y.astype(cupy.float32)
+                off = ~(cupy.abs(yy - ref) <= 2 * (atol + rtol * cupy.abs(ref)))
+                if bool(off.any()):
+                    return f"{int(off.sum())} elements off cusoftmax's result"
+                return bench._reference_ok(cupy, x, y, 0, dname)
+
+            print(f"{dname} {n}x{inner}: copy {copy:.1f} us, cusoftmax {ours:.1f} us ({copy / ours:.3f} of copy)",
+                  flush=True)
+            for width in WIDTHS:
+                cols = width * V
+                lines = inner // cols
+                line_mb = n * width * 16 / 2**20
+                for cl in CLUSTERS:
+                    for threads in THREADS:
+                        if threads % width:
+                            continue
+                        smem = smem_bytes(cl, threads, cols)
+                        one_a_sm = max(1, sms // cl)
+                        for clusters in sorted({min(k, lines) for k in (one_a_sm, 2 * one_a_sm, lines)}):
+                            for mode in (0, 1):
+                                fn = mod.get_function(names[(dname, cl, threads, mode)])
+                                fn.max_dynamic_shared_size_bytes = smem
+                                if cl > 8:
+                                    driver.funcSetAttribute(fn.kernel.ptr, _kernels._NON_PORTABLE_CLUSTER, 1)
+
+                                def run():
+                                    fn((clusters * cl,), (threads,), (x, y, np.int64(n), np.int64(inner),
+                                                                       np.int32(width)), shared_mem=smem)
+
+                                y.data.memset_async(0xFF, y.nbytes)  # NaN
+                                try:
+                                    run()
+                                    bad = check(mode)
+                                except cupy.cuda.driver.CUDADriverError as e:  # a cluster that cannot launch
+                                    bad = str(e)
+                                t = float("nan") if bad else timer.events(run)
+                                row = dict(dtype=dname, n=n, inner=inner, strip_bytes=width * 16, cluster=cl,
+                                           threads=threads, clusters=clusters, working_mb=round(clusters * line_mb, 1),
+                                           mode=("copy", "softmax")[mode == 0], us=round(t, 1),
+                                           of_copy=round(copy / t, 3), vs_cusoftmax=round(ours / t, 3),
+                                           regs=fn.num_regs, local_bytes=fn.local_size_bytes, error=bad or "")
+                                if writer is None:
+                                    writer = csv.DictWriter(table, fieldnames=list(row))
+                                    writer.writeheader()
+                                writer.writerow(row)
+                                table.flush()
+                                print("  " + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("dtype", "n", "inner")),
+                                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
