@@ -3,8 +3,8 @@
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
 #   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
-#                      [tune-short] [tune-axis0] [tune-cluster] [tune-spill] [tune-online] [tune-grid] [profile]
-#                      [kcache]                        (default: tests sanitize bench)
+#                      [tune-short] [tune-axis0] [axis0-probe] [tune-cluster] [tune-spill]
+#                      [tune-online] [tune-grid] [profile] [kcache]    (default: tests sanitize bench)
 #
 # tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
 # tools/bench_variant.py runs the benchmark with a constant changed).
@@ -91,6 +91,8 @@ for what in ${@:-tests sanitize bench}; do
                 --out "$OUT/tune-axis0" --repeat 10 --dtypes float32,bfloat16 --peers none --no-long \
                 --widths 32 --methods slab,columns
         done ;;
+    axis0-probe)  # axis 0 read twice, the second time from L2 (tools/reread_probe.py)
+        step axis0-probe probe.log env PYTHONPATH=. python3 tools/reread_probe.py --out "$OUT" ;;
     tune-spill)  # cluster rows with a spill against online, spill ratios 0.14 to 1.28
         step tune-spill bench.log python3 -m cusoftmax.bench --out "$OUT/tune-spill" --repeat 20 \
             --peers none --no-long --no-axis0 --dtypes float32,bfloat16 --methods cluster,online \
