@@ -24,13 +24,13 @@ namespace csm {
 
 constexpr int COLUMN_BATCH = 4;  // steps each thread loads before using any
 
-// This thread's packs at steps k, k + S, ... (COLUMN_BATCH of them, as bits; steps past k1,
+// This thread's packs at steps k, k + S, ... (B of them, as bits; steps past k1,
 // the end of its chunk, load -inf); `left` elements of the pack are inside the inner axis.
-template <typename T, int V>
+template <typename T, int V, int B>
 __device__ inline void load_steps(const T* xo, long long k, long long S, long long k1, long long xsn,
-                                  long long left, Pack<T, V> (&p)[COLUMN_BATCH]) {
+                                  long long left, Pack<T, V> (&p)[B]) {
 #pragma unroll
-    for (int b = 0; b < COLUMN_BATCH; ++b) {
+    for (int b = 0; b < B; ++b) {
         const long long kb = k + b * S;
         p[b] = load_row_bits<T, V>(xo + (kb < k1 ? kb : 0) * xsn, 0, kb < k1 ? left : 0, neg_inf<compute_t<T>>());
     }
@@ -53,18 +53,20 @@ struct StripLane {
 };
 
 // Each of this thread's V columns' (m, d) over its steps k0 + lane, k0 + lane + lanes, ... < k1,
-// from xo (the thread's first column at step 0), in batches of COLUMN_BATCH steps.
-template <typename T, int V, typename C>
+// from xo (the thread's first column at step 0), in batches of B steps; S: the state (MD<C>, or
+// any type with its identity() and push_pack).
+template <typename T, int V, int B = COLUMN_BATCH, typename S>
 __device__ inline void column_states(const T* xo, const StripLane& at, long long k0, long long k1,
-                                     long long xsn, MD<C> (&s)[V]) {
+                                     long long xsn, S (&s)[V]) {
+    using C = compute_t<T>;
 #pragma unroll
-    for (int j = 0; j < V; ++j) s[j] = MD<C>::identity();
-    for (long long k = k0 + at.lane; k < k1; k += COLUMN_BATCH * at.lanes) {
-        Pack<T, V> p[COLUMN_BATCH];
+    for (int j = 0; j < V; ++j) s[j] = S::identity();
+    for (long long k = k0 + at.lane; k < k1; k += B * at.lanes) {
+        Pack<T, V> p[B];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
-        C w[V][COLUMN_BATCH];  // column j at the batch's steps
+        C w[V][B];  // column j at the batch's steps
 #pragma unroll
-        for (int b = 0; b < COLUMN_BATCH; ++b) {
+        for (int b = 0; b < B; ++b) {
             C v[V];
             unpack(p[b], v);
 #pragma unroll
@@ -76,14 +78,14 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
 }
 
 // The same steps read again and written, exp(x - m) * scale per column, to yo.
-template <typename T, int V, typename C>
+template <typename T, int V, int B = COLUMN_BATCH, typename C>
 __device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, long long k0, long long k1,
                                      long long xsn, long long ysn, const C (&m)[V], const C (&scale)[V]) {
-    for (long long k = k0 + at.lane; k < k1; k += COLUMN_BATCH * at.lanes) {
-        Pack<T, V> p[COLUMN_BATCH];
+    for (long long k = k0 + at.lane; k < k1; k += B * at.lanes) {
+        Pack<T, V> p[B];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
 #pragma unroll
-        for (int b = 0; b < COLUMN_BATCH; ++b) {
+        for (int b = 0; b < B; ++b) {
             const long long kb = k + b * at.lanes;
             if (kb >= k1) break;
             C v[V];
