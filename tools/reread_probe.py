@@ -12,7 +12,9 @@ walked in strips of 64 / 128 / 256 bytes ran at 0.58 to 0.61 / 0.79 / 0.86 to 0.
 of K clusters keeps about K x n x 16 x width bytes between a slice's two reads, so the grid is
 cut to K clusters that walk the lines in turn (K printed with that working set).
 
-MODE 1 is a plain copy in the same walk (each slice read once and written; no second read, no
+Each thread loads B steps (4 or 8) before it uses any, and keeps its running pairs either as
+MD<float> (float max, double sum, a double exp per rescale, as the columns kernel) or as FloatMD
+(float sum, rescaled by MUFU). MODE 1 is a plain copy in the same walk (each slice read once and written; no second read, no
 exchange): the ceiling of the walk itself. Every MODE 0 result is checked against cusoftmax's own
 axis-0 result (whatever the dispatcher runs there), to twice the dtype's bound, and sampled columns
 against a float64 reference, before it is timed. Timed as the benchmark times
@@ -35,9 +37,33 @@ from cusoftmax import _accuracy, _kernels, bench  # noqa: E402
 PROBE = r"""
 namespace csm {
 #if __CUDA_ARCH__ >= 900
-// MODE 0: softmax over n; MODE 1: y = x, one read and one write in the same walk.
-template <typename T, int V, int CL, int THREADS, int MODE>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)
+// A running (max, sum) in float, rescaled by fast_exp (MUFU) where MD<float> rescales by a
+// double exp and sums in double: which of the two costs a thread's pass more.
+struct FloatMD {
+    float m, d;
+    __device__ static FloatMD identity() { return {neg_inf<float>(), 0.0f}; }
+    template <int B> __device__ void push_pack(const float (&v)[B]) {
+        float pm = v[0];
+#pragma unroll
+        for (int j = 1; j < B; ++j) pm = fmaxf(pm, v[j]);
+        const float mn = fmaxf(m, pm);
+        d = sum_at(m, d, mn);
+        m = mn;
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < B; ++j) s += term(v[j], m);
+        d += s;
+    }
+};
+
+template <bool FS> struct StateOf { using type = MD<float>; };
+template <> struct StateOf<true> { using type = FloatMD; };
+
+// MODE 0: softmax over n; MODE 1: y = x, one read and one write in the same walk. B: steps a
+// thread loads before using any; FS: the running state FloatMD (else MD<float>). 64 registers a
+// thread, 128 for B > 4 (at 64, ptxas sm_90 spills 20 to 284 bytes there).
+template <typename T, int V, int CL, int THREADS, int MODE, int B, bool FS>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, (B > 4 ? 512 : 1024) / THREADS)
     reread(const T* x, T* y, long long n, long long inner, int width) {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int RB = CL > THREADS / 32 ? CL : THREADS / 32;
@@ -55,16 +81,16 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1024 / THR
         const T* xo = x + at.col;
         T* yo = y + at.col;
         if constexpr (MODE == 1) {
-            for (long long s = k0 + at.lane; s < k1; s += COLUMN_BATCH * at.lanes) {
-                Pack<T, V> p[COLUMN_BATCH];
+            for (long long s = k0 + at.lane; s < k1; s += B * at.lanes) {
+                Pack<T, V> p[B];
                 load_steps<T, V>(xo, s, at.lanes, k1, inner, at.left, p);
 #pragma unroll
-                for (int b = 0; b < COLUMN_BATCH; ++b)
+                for (int b = 0; b < B; ++b)
                     if (s + b * at.lanes < k1) store_pack_global<T, V>(yo + (s + b * at.lanes) * inner, p[b]);
             }
         } else {
-            MD<float> s[V];
-            column_states<T, V>(xo, at, k0, k1, inner, s);
+            typename StateOf<FS>::type s[V];
+            column_states<T, V, B>(xo, at, k0, k1, inner, s);
             if (k == 0) mail.opened();
             float m[V], d[V], scale[V];
 #pragma unroll
@@ -74,7 +100,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1024 / THR
             for (int j = 0; j < V; ++j) d[j] = float(sum_at(s[j].m, s[j].d, m[j]));
             warp_columns_reduce(d, width, SumOp());
             cluster_columns(m, d, scale, at.pack, width, cols, rank, k, RB, mail, recv, fin);
-            column_writes<T, V>(xo, yo, at, k0, k1, inner, inner, m, scale);
+            column_writes<T, V, B>(xo, yo, at, k0, k1, inner, inner, m, scale);
         }
     }
     if (MODE == 1 || k == 0) mail.opened();  // still leave the cluster barrier
@@ -88,13 +114,16 @@ TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
 SHAPES = [(4096, 16384), (16384, 4096)]
 WIDTHS = [16, 32]  # packs a strip: 256 and 512 bytes of each row
 CLUSTERS = [8, 16]
-THREADS = [512, 1024]
+THREADS = 512  # run 1 of this probe (BENCHMARKS.md): 1024 slower in every case
+# (mode, steps loaded at once, float state): the copy, then softmax with either state
+KINDS = [(1, 4, False), (1, 8, False), (0, 4, False), (0, 8, False), (0, 4, True), (0, 8, True)]
 
 
 def instantiations():
-    """Every kernel the probe launches: (dtype name, CL, threads, mode) -> name expression."""
-    return {(d, cl, t, mode): f"csm::reread<{c}, {16 // (4 if d == 'float32' else 2)}, {cl}, {t}, {mode}>"
-            for d, c in TYPES.items() for cl in CLUSTERS for t in THREADS for mode in (0, 1)}
+    """Every kernel the probe launches: (dtype name, CL, kind) -> name expression."""
+    return {(d, cl, kind): f"csm::reread<{c}, {16 // (4 if d == 'float32' else 2)}, {cl}, {THREADS}, "
+                           f"{kind[0]}, {kind[1]}, {str(kind[2]).lower()}>"
+            for d, c in TYPES.items() for cl in CLUSTERS for kind in KINDS}
 
 
 def source():
@@ -150,41 +179,39 @@ def main(argv=None):
                 lines = inner // cols
                 line_mb = n * width * 16 / 2**20
                 for cl in CLUSTERS:
-                    for threads in THREADS:
-                        if threads % width:
-                            continue
-                        smem = smem_bytes(cl, threads, cols)
-                        one_a_sm = max(1, sms // cl)
-                        for clusters in sorted({min(k, lines) for k in (one_a_sm, 2 * one_a_sm, lines)}):
-                            for mode in (0, 1):
-                                fn = mod.get_function(names[(dname, cl, threads, mode)])
-                                fn.max_dynamic_shared_size_bytes = smem
-                                if cl > 8:
-                                    driver.funcSetAttribute(fn.kernel.ptr, _kernels._NON_PORTABLE_CLUSTER, 1)
+                    smem = smem_bytes(cl, THREADS, cols)
+                    one_a_sm = max(1, sms // cl)
+                    for clusters in sorted({min(k, lines) for k in (one_a_sm, 2 * one_a_sm, lines)}):
+                        for mode, batch, float_state in KINDS:
+                            fn = mod.get_function(names[(dname, cl, (mode, batch, float_state))])
+                            fn.max_dynamic_shared_size_bytes = smem
+                            if cl > 8:
+                                driver.funcSetAttribute(fn.kernel.ptr, _kernels._NON_PORTABLE_CLUSTER, 1)
 
-                                def run():
-                                    fn((clusters * cl,), (threads,), (x, y, np.int64(n), np.int64(inner),
-                                                                       np.int32(width)), shared_mem=smem)
+                            def run():
+                                fn((clusters * cl,), (THREADS,), (x, y, np.int64(n), np.int64(inner),
+                                                                   np.int32(width)), shared_mem=smem)
 
-                                y.data.memset_async(0xFF, y.nbytes)  # NaN
-                                try:
-                                    run()
-                                    bad = check(mode)
-                                except cupy.cuda.driver.CUDADriverError as e:  # a cluster that cannot launch
-                                    bad = str(e)
-                                t = float("nan") if bad else timer.events(run)
-                                row = dict(dtype=dname, n=n, inner=inner, strip_bytes=width * 16, cluster=cl,
-                                           threads=threads, clusters=clusters, working_mb=round(clusters * line_mb, 1),
-                                           mode=("copy", "softmax")[mode == 0], us=round(t, 1),
-                                           of_copy=round(copy / t, 3), vs_cusoftmax=round(ours / t, 3),
-                                           regs=fn.num_regs, local_bytes=fn.local_size_bytes, error=bad or "")
-                                if writer is None:
-                                    writer = csv.DictWriter(table, fieldnames=list(row))
-                                    writer.writeheader()
-                                writer.writerow(row)
-                                table.flush()
-                                print("  " + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("dtype", "n", "inner")),
-                                      flush=True)
+                            y.data.memset_async(0xFF, y.nbytes)  # NaN
+                            try:
+                                run()
+                                bad = check(mode)
+                            except cupy.cuda.driver.CUDADriverError as e:  # a cluster that cannot launch
+                                bad = str(e)
+                            t = float("nan") if bad else timer.events(run)
+                            row = dict(dtype=dname, n=n, inner=inner, strip_bytes=width * 16, cluster=cl,
+                                       threads=THREADS, batch=batch, float_state=float_state, clusters=clusters,
+                                       working_mb=round(clusters * line_mb, 1),
+                                       mode=("copy", "softmax")[mode == 0], us=round(t, 1),
+                                       of_copy=round(copy / t, 3), vs_cusoftmax=round(ours / t, 3),
+                                       regs=fn.num_regs, local_bytes=fn.local_size_bytes, error=bad or "")
+                            if writer is None:
+                                writer = csv.DictWriter(table, fieldnames=list(row))
+                                writer.writeheader()
+                            writer.writerow(row)
+                            table.flush()
+                            print("  " + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("dtype", "n", "inner")),
+                                  flush=True)
 
 
 if __name__ == "__main__":
