@@ -1,5 +1,7 @@
 """Whether softmax along axis 0 of a C-contiguous (n x inner) matrix can reach 0.85 of copy by
-holding nothing on chip and reading x twice, the second time from L2.
+holding nothing on chip and reading x twice, the second time from L2. Runs s27-1 and s27-2
+(BENCHMARKS.md, H200, 2026-12-01): no, at most 0.64 (float32) and 0.53 (bfloat16), below the
+slab; the copy in the same walk 0.91 to 0.93.
 
 The kernel (`reread` below, built from softmax_columns.cu's pieces) walks lines as the slab does:
 a line is a strip of `width` 16-byte packs of every row, cut over the CL blocks of a cluster along
