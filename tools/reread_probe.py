@@ -116,7 +116,7 @@ TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
 SHAPES = [(4096, 16384), (16384, 4096)]
 WIDTHS = [16, 32]  # packs a strip: 256 and 512 bytes of each row
 CLUSTERS = [8, 16]
-THREADS = 512  # run 1 of this probe (BENCHMARKS.md): 1024 slower in every case
+THREADS = 512  # run s27-1 (BENCHMARKS.md): 1024 slower in every case
 # (mode, steps loaded at once, float state): the copy, then softmax with either state
 KINDS = [(1, 4, False), (1, 8, False), (0, 4, False), (0, 8, False), (0, 4, True), (0, 8, True)]
 
