@@ -3,26 +3,27 @@ holding nothing on chip and reading x twice, the second time from L2. Runs s27-1
 (BENCHMARKS.md, H200, 2026-12-01): no, at most 0.64 (float32) and 0.53 (bfloat16), below the
 slab; the copy in the same walk 0.91 to 0.93.
 
-The kernel (`reread` below, built from softmax_columns.cu's pieces) walks lines as the slab does:
-a line is a strip of `width` 16-byte packs of every row, cut over the CL blocks of a cluster along
-n. Each block reads its slice once into per-thread running (max, sum) pairs (column_states), the
-pairs are merged over the block's warps and the cluster's blocks (cluster_columns), and the block
-reads its slice again, this time from L2, and writes it (column_writes). Unlike the slab, the
-strip's width is not bounded by shared memory (n x 16 x width bytes a line), so strips of 256 and
-512 bytes can be walked, where the slab takes 64 or 128 (run s20-9, float32 4096 x 16384: a copy
-walked in strips of 64 / 128 / 256 bytes ran at 0.58 to 0.61 / 0.79 / 0.86 to 0.90 of copy). The cost is L2's room: a grid
-of K clusters keeps about K x n x 16 x width bytes between a slice's two reads, so the grid is
-cut to K clusters that walk the lines in turn (K printed with that working set).
+The kernel (`reread` below, built from softmax_columns.cu's pieces) walks lines as the slab
+does: a line is a strip of `width` 16-byte packs of every row, cut over the CL blocks of a
+cluster along n. Each block reads its slice once into per-thread running (max, sum) pairs
+(column_states), the pairs are merged over the block's warps and the cluster's blocks
+(cluster_columns), and the block reads its slice again, this time from L2, and writes it
+(column_writes). Unlike the slab, the strip's width is not bounded by shared memory (n x 16 x
+width bytes a line), so strips of 256 and 512 bytes can be walked, where the slab takes 64 or
+128 (run s20-9, float32 4096 x 16384: a copy walked in strips of 64 / 128 / 256 bytes ran at
+0.58 to 0.61 / 0.79 / 0.86 to 0.90 of copy). The cost is L2's room: a grid of K clusters keeps
+about K x n x 16 x width bytes between a slice's two reads, so the grid is cut to K clusters
+that walk the lines in turn (K printed with that working set).
 
 Each thread loads B steps (4 or 8) before it uses any, and keeps its running pairs either as
 MD<float> (float max, double sum, a double exp per rescale, as the columns kernel) or as FloatMD
-(float sum, rescaled by MUFU). MODE 1 is a plain copy in the same walk (each slice read once and written; no second read, no
-exchange): the ceiling of the walk itself. Every MODE 0 result is checked against cusoftmax's own
-axis-0 result (whatever the dispatcher runs there), to twice the dtype's bound, and sampled columns
-against a float64 reference, before it is timed. Timed as the benchmark times
-(`cusoftmax.bench.Timer`: L2 flushed, CUDA events, median of 30), against a device-to-device copy
-of the same bytes. Run on a sm_90 GPU: `python3 tools/reread_probe.py [--out DIR]`, or
-`tools/gpu_check.sh axis0-probe` (under its step's time limit)."""
+(float sum, rescaled by MUFU). MODE 1 is a plain copy in the same walk (each slice read once and
+written; no second read, no exchange): the ceiling of the walk itself. Every MODE 0 result is
+checked against cusoftmax's own axis-0 result (whatever the dispatcher runs there), to twice the
+dtype's bound, and sampled columns against a float64 reference, before it is timed. Timed as the
+benchmark times (`cusoftmax.bench.Timer`: L2 flushed, CUDA events, median of 30), against a
+device-to-device copy of the same bytes. Run on a sm_90 GPU: `python3 tools/reread_probe.py
+[--out DIR]`, or `tools/gpu_check.sh axis0-probe` (under its step's time limit)."""
 
 import argparse
 import csv
