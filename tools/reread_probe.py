@@ -26,16 +26,16 @@ device-to-device copy of the same bytes. Run on a sm_90 GPU: `python3 tools/rere
 [--out DIR]`, or `tools/gpu_check.sh axis0-probe` (under its step's time limit)."""
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 import cupy
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import cusoftmax  # noqa: E402
-from cusoftmax import _accuracy, _kernels, bench  # noqa: E402
+from axis0_cases import Case, Table  # noqa: E402
+from cusoftmax import _kernels, bench  # noqa: E402
 
 PROBE = r"""
 namespace csm {
@@ -149,34 +149,12 @@ def main(argv=None):
     mod = cupy.RawModule(code=source(), options=_kernels.OPTIONS, name_expressions=tuple(names.values()))
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     timer = bench.Timer(cupy, args.repeat)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    table, writer = open(out / "reread_probe.csv", "w", newline=""), None  # a row as each case ends
+    table = Table(Path(args.out) / "reread_probe.csv")
     for dname in TYPES:
-        dt = bench._dtype(cupy, dname)
-        V = 16 // dt.itemsize
+        V = 16 // bench._dtype(cupy, dname).itemsize
         for n, inner in SHAPES:
-            x = (cupy.random.standard_normal((n, inner), dtype=cupy.float32) * 4).astype(dt)
-            y = cupy.empty_like(x)
-            copy = timer.events(lambda: y.data.copy_from_device_async(x.data, x.nbytes))
-            ours = timer.events(lambda: cusoftmax.softmax(x, axis=0, out=y))
-            ref = cusoftmax.softmax(x, axis=0).astype(cupy.float32)
-            rtol, atol = _accuracy.TOLERANCE[dname]
-
-            def check(mode):
-                """None, or what is wrong: softmax within twice the dtype's bound of cusoftmax's
-                result everywhere and within the bound of a float64 reference on sampled
-                columns (bench's check); the copy bit for bit."""
-                if mode == 1:
-                    return None if bool(cupy.array_equal(y.view(cupy.uint8), x.view(cupy.uint8))) else "copy differs"
-                yy = y.astype(cupy.float32)
-                off = ~(cupy.abs(yy - ref) <= 2 * (atol + rtol * cupy.abs(ref)))
-                if bool(off.any()):
-                    return f"{int(off.sum())} elements off cusoftmax's result"
-                return bench._reference_ok(cupy, x, y, 0, dname)
-
-            print(f"{dname} {n}x{inner}: copy {copy:.1f} us, cusoftmax {ours:.1f} us ({copy / ours:.3f} of copy)",
-                  flush=True)
+            case = Case(timer, dname, n, inner)
+            x, y = case.x, case.y
             for width in WIDTHS:
                 cols = width * V
                 lines = inner // cols
@@ -195,26 +173,12 @@ def main(argv=None):
                                 fn((clusters * cl,), (THREADS,), (x, y, np.int64(n), np.int64(inner),
                                                                    np.int32(width)), shared_mem=smem)
 
-                            y.data.memset_async(0xFF, y.nbytes)  # NaN
-                            try:
-                                run()
-                                bad = check(mode)
-                            except cupy.cuda.driver.CUDADriverError as e:  # a cluster that cannot launch
-                                bad = str(e)
-                            t = float("nan") if bad else timer.events(run)
-                            row = dict(dtype=dname, n=n, inner=inner, strip_bytes=width * 16, cluster=cl,
-                                       threads=THREADS, batch=batch, float_state=float_state, clusters=clusters,
-                                       working_mb=round(clusters * line_mb, 1),
-                                       mode=("copy", "softmax")[mode == 0], us=round(t, 1),
-                                       of_copy=round(copy / t, 3), vs_cusoftmax=round(ours / t, 3),
-                                       regs=fn.num_regs, local_bytes=fn.local_size_bytes, error=bad or "")
-                            if writer is None:
-                                writer = csv.DictWriter(table, fieldnames=list(row))
-                                writer.writeheader()
-                            writer.writerow(row)
-                            table.flush()
-                            print("  " + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("dtype", "n", "inner")),
-                                  flush=True)
+                            t, bad = case.measure(run, copy=mode == 1)
+                            table.add(dict(dtype=dname, n=n, inner=inner, strip_bytes=width * 16, cluster=cl,
+                                           threads=THREADS, batch=batch, float_state=float_state,
+                                           clusters=clusters, working_mb=round(clusters * line_mb, 1),
+                                           mode=("copy", "softmax")[mode == 0], **case.times(t),
+                                           regs=fn.num_regs, local_bytes=fn.local_size_bytes, error=bad))
 
 
 if __name__ == "__main__":
