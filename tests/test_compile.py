@@ -76,6 +76,15 @@ def test_reread_probe_compiles():
               ("-diag-suppress=177",))
 
 
+def test_team_probe_compiles():
+    """tools/team_probe.py builds its kernel on softmax_columns.cu and the header: it keeps
+    compiling as they change."""
+    spec = importlib.util.spec_from_file_location("team_probe", ROOT / "tools" / "team_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    _compiles(probe.source(), "team_probe.cu", probe.instantiations(), "90", ("-diag-suppress=177",))
+
+
 def test_header_edit_changes_the_source():
     """CuPy keys its cache on the source string: the header's text must be inside it."""
     header = (_kernels.kernel_dir() / _kernels.HEADER).read_text()

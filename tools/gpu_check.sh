@@ -3,7 +3,7 @@
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
 #   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
-#                      [tune-short] [tune-axis0] [axis0-probe] [tune-cluster] [tune-spill]
+#                      [tune-short] [tune-axis0] [axis0-probe] [team-probe] [tune-cluster] [tune-spill]
 #                      [tune-online] [tune-grid] [profile] [kcache]    (default: tests sanitize bench)
 #
 # tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
@@ -93,6 +93,8 @@ for what in ${@:-tests sanitize bench}; do
         done ;;
     axis0-probe)  # axis 0 read twice, the second time from L2 (tools/reread_probe.py)
         step axis0-probe probe.log env PYTHONPATH=. python3 tools/reread_probe.py --out "$OUT" ;;
+    team-probe)  # axis 0 held by teams of blocks exchanging through L2 (tools/team_probe.py)
+        step team-probe team-probe.log env PYTHONPATH=. python3 tools/team_probe.py --out "$OUT" ;;
     tune-spill)  # cluster rows with a spill against online, spill ratios 0.14 to 1.28
         step tune-spill bench.log python3 -m cusoftmax.bench --out "$OUT/tune-spill" --repeat 20 \
             --peers none --no-long --no-axis0 --dtypes float32,bfloat16 --methods cluster,online \
