@@ -555,7 +555,11 @@ COLUMNS_MAX_VEC = 4
 # eb3cf87, three rounds) 0.71 to 0.72 / 0.58; 0.54 to 0.55 / 0.48 against 0.79 / 0.62 to 0.63;
 # 0.65 / 0.55 to 0.56; 384 (run s13-9 on eb3cf87 with the kernel's bounds (384, 3) and a round's
 # pair rows from its warps, two rounds) 0.76 / 0.60 to 0.61; 0.49 / 0.43 (two blocks an SM)
-# against 0.80 to 0.81 / 0.62; 0.65 / 0.56.
+# against 0.80 to 0.81 / 0.62; 0.65 / 0.56. Twenty-eighth session (run s28-8, one round, 15 calls
+# a case): SLAB_SLICE_BYTES 128 KiB (one block an SM; float32 4096 x 16384 on clusters of 4,
+# 16384 x 4096 in strips of 128 bytes on 16) 0.59 / 0.48; 0.44 / 0.38, and with SLAB_STRIP_BYTES
+# (256, 128, 64) (float32 4096 x 16384 in strips of 256 bytes on 8) 0.57 / 0.48; 0.44 / 0.37,
+# against 0.78 / 0.62; 0.65 / 0.56.
 SLAB_STRIP_BYTES = (128, 64)
 SLAB_SLICE_BYTES = 64 * 1024
 SLAB_MAX_COLS = 64  # SLAB_MAX_COLS in kernels/softmax_columns.cu
