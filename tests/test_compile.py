@@ -1,5 +1,5 @@
 """Every kernel instantiation the dispatcher can emit compiles with NVRTC for sm_80 and sm_90, and so
-do the axis-0 probe's (tools/reread_probe.py) for sm_90.
+do the axis-0 probes' (tools/reread_probe.py, tools/team_probe.py) for sm_90.
 
 Runs without a GPU: NVRTC needs no device. Skips only where NVRTC itself is missing."""
 
@@ -65,24 +65,16 @@ def test_every_instantiation_compiles(filename, arch):
     _compiles(_kernels.source(filename), filename, list(_expressions(filename, arch)), arch)
 
 
-def test_reread_probe_compiles():
-    """tools/reread_probe.py builds its kernel from softmax_columns.cu's pieces: it keeps compiling
-    as they change (sm_90: the probe needs clusters)."""
-    spec = importlib.util.spec_from_file_location("reread_probe", ROOT / "tools" / "reread_probe.py")
+@pytest.mark.parametrize("name", ["reread_probe", "team_probe"])
+def test_axis0_probe_compiles(name):
+    """The axis-0 probes in tools/ build their kernels on softmax_columns.cu and the header: they
+    keep compiling as those change (sm_90: the probes need clusters or bulk copies)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    # 177: the slab's constants, declared but unused by the probe's kernels
-    _compiles(probe.source(), "reread_probe.cu", list(probe.instantiations().values()), "90",
+    # 177: the slab's constants, declared but unused by the probes' kernels
+    _compiles(probe.source(), f"{name}.cu", list(probe.instantiations().values()), "90",
               ("-diag-suppress=177",))
-
-
-def test_team_probe_compiles():
-    """tools/team_probe.py builds its kernel on softmax_columns.cu and the header: it keeps
-    compiling as they change."""
-    spec = importlib.util.spec_from_file_location("team_probe", ROOT / "tools" / "team_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    _compiles(probe.source(), "team_probe.cu", probe.instantiations(), "90", ("-diag-suppress=177",))
 
 
 def test_header_edit_changes_the_source():

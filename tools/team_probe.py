@@ -312,12 +312,14 @@ def expr(dname, P, NB, LEVELS, MODE, BULK=False, MINB=1):
 
 
 def instantiations():
-    names = set()
+    """Every kernel the probe launches: (dtype name, P, NB, LEVELS, MODE, BULK, MINB) -> name
+    expression."""
+    names = {}
     for (dname, _, _), cases in CASES.items():
         for P, _, NB, LEVELS, BULK, MINB in cases:
-            names.add(expr(dname, P, NB, LEVELS, 0, BULK, MINB))
-            names.add(expr(dname, P, 2, 1, 1))
-    return sorted(names)
+            for key in ((P, NB, LEVELS, 0, BULK, MINB), (P, 2, 1, 1, False, 1)):
+                names[(dname, *key)] = expr(dname, *key)
+    return names
 
 
 def source():
@@ -335,7 +337,11 @@ def main(argv=None):
     ap.add_argument("--out", default="probe-results", help="folder for team_probe.csv")
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args(argv)
-    mod = cupy.RawModule(code=source(), options=_kernels.OPTIONS, name_expressions=tuple(instantiations()))
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    if sms < 132:  # fewer SMs than the grids below: blocks would wait for teammates never resident
+        raise SystemExit(f"team_probe.py: its grids are cut for 132 SMs, this GPU has {sms}")
+    mod = cupy.RawModule(code=source(), options=_kernels.OPTIONS,
+                         name_expressions=tuple(instantiations().values()))
     timer = bench.Timer(cupy, args.repeat)
     table = Table(Path(args.out) / "team_probe.csv")
     for (dname, n, inner), cases in CASES.items():
