@@ -4,7 +4,7 @@
 #
 #   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
 #                      [tune-short] [tune-axis0] [axis0-probe] [team-probe] [tune-cluster] [tune-spill]
-#                      [tune-online] [tune-grid] [profile] [kcache]    (default: tests sanitize bench)
+#                      [tune-online] [tune-grid] [profile] [kcache] [ties]    (default: tests sanitize bench)
 #
 # tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
 # tools/bench_variant.py runs the benchmark with a constant changed).
@@ -119,6 +119,11 @@ for what in ${@:-tests sanitize bench}; do
                 --no-long --methods grid --widths 262144,524288,1048576,2097152,4194304
         done ;;
     kcache) tar czf "$OUT/kcache.tgz" -C "$CUPY_CACHE_DIR/.." "$(basename "$CUPY_CACHE_DIR")" ;;
+    ties)  # the cells where a peer ran within 1% of cusoftmax in table s26-10, three rounds
+        for r in 1 2 3; do
+            step "ties-$r" bench.log python3 -m cusoftmax.bench --out "$OUT/ties-$r" --repeat 100 \
+                --widths 128,256,2048,8192 --no-axis0 --no-long
+        done ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
     *) echo "unknown step $what"; exit 2 ;;
