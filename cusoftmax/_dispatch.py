@@ -246,6 +246,18 @@ WARP_LANE_VALUES_FLOAT64_ONE_PACK = 4
 # 0.98 / 0.96 / 0.98 / 0.96 / 0.96 / 0.98 / 0.98, bfloat16 0.98 / 0.98 / 0.96 / 0.98 / 0.99 /
 # 0.97 / 0.96; 16: bfloat16 32 to 256 0.88 to 0.93; 1 and 2 (s8-1): 0.85 to 0.98.
 WARP_WAVES = 8
+# Float32 short rows of 16-byte packs in registers (aligned rows: not the spans' kernel) take
+# REGISTERS_FLOAT32_WAVES full residencies. Evidence: H200, 2026-12-01 (ours GB/s, 2**26
+# elements, with torch's time over ours): run s29-7 (three rounds, 100 calls a case), 16 against
+# WARP_WAVES 8, rows of 32 / 64 / 128 / 256 / 512: 4146, 4144, 4141 / 4145, 4131, 4141 / 4126
+# (1.00), 4113 (1.00), 4130 (1.01) / 4119, 4123, 4116 / 4124, 4120, 4127 against 4069, 4121,
+# 4116 / 4090, 4098, 4103 / 4087 (0.99), 4095 (1.00), 4048 (1.00) / 4079, 4067, 4109 / 4099,
+# 4100, 4098; 1,024 to 4,096 (not these plans) within 1%. Run s29-6 (three rounds, 30 calls):
+# 12 gained about as much on float32, and both lost on the half types' rows of 32 to 256
+# (bfloat16 16: 0.89 to 0.95 of copy, 12: 0.92 to 0.97, against 0.96 to 0.98), hence float32
+# only; float64 and the spans' short rows were not measured. (Run s18-9, on the kernel of then,
+# found 16 no better at 128 and 256.)
+REGISTERS_FLOAT32_WAVES = 16
 
 # Short rows staged in shared memory ("tiles"): blocks of TILES_BLOCK threads, each warp stages
 # about TILES_WARP_BYTES of rows before reducing any (R rows per lane group, R in TILES_ROWS).
@@ -694,9 +706,9 @@ def _short_width(packs):
     return min(32, _pow2_at_least(packs))
 
 
-def _looped_grid(rows, rows_per_block, block, limits):
-    """Blocks for kernels whose units loop over rows: at most WARP_WAVES full residencies."""
-    resident = limits.sm_count * (THREADS_PER_SM // block) * WARP_WAVES
+def _looped_grid(rows, rows_per_block, block, limits, waves=WARP_WAVES):
+    """Blocks for kernels whose units loop over rows: at most `waves` full residencies."""
+    resident = limits.sm_count * (THREADS_PER_SM // block) * waves
     return min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
 
 
@@ -777,7 +789,8 @@ def _registers(rows, cols, itemsize, vec, limits, span=False) -> Plan:
     # Short rows in spans have a kernel of their own (wide rows choose in the kernel).
     if batch:
         template, block = (vec, per_lane, batch, width), WARP_BLOCK
-        grid = _looped_grid(rows, block // width * batch, block, limits)
+        waves = REGISTERS_FLOAT32_WAVES if itemsize == 4 and vec == 4 and not spanned else WARP_WAVES
+        grid = _looped_grid(rows, block // width * batch, block, limits, waves)
     else:
         template, block, grid = (vec, per_lane, 0, 0), width, min(MAX_GRID, rows)
     kernel = "softmax_short_spans" if spanned and batch else "softmax_registers"

@@ -166,8 +166,13 @@ def test_registers_shape():
     assert (p.width, p.launch.template) == (32, (1, 16, 1, 32))
     p = rows_plan(1024, 2, 8, method="registers")  # 2 KiB of bfloat16: a warp, 32 values a lane
     assert (p.width, p.launch.template) == (32, (8, 4, 1, 32))
+    # short rows loop over rows on a grid of full residencies: float32 rows of 16-byte packs
+    # REGISTERS_FLOAT32_WAVES of them, other rows WARP_WAVES
+    residency = H200.sm_count * (2048 // d.WARP_BLOCK)
     big = rows_plan(32, 4, 4, rows=2**30)
-    assert big.launch.grid == H200.sm_count * (2048 // d.WARP_BLOCK) * d.WARP_WAVES
+    assert big.launch.grid == residency * d.REGISTERS_FLOAT32_WAVES
+    for itemsize, vec in ((2, 8), (4, 2), (8, 2)):
+        assert rows_plan(32, itemsize, vec, rows=2**30).launch.grid == residency * d.WARP_WAVES
     # short rows: blocks within the kernel's __launch_bounds__ (a larger block fails to launch)
     assert big.launch.block == d.WARP_BLOCK <= d.REGISTERS_SHORT_THREADS
     # wide rows (past the short rows): 16 values per lane, whole warps, a row a block, a block a
