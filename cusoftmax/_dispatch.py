@@ -706,7 +706,7 @@ def _short_width(packs):
     return min(32, _pow2_at_least(packs))
 
 
-def _looped_grid(rows, rows_per_block, block, limits, waves=WARP_WAVES):
+def _looped_grid(rows, rows_per_block, block, limits, waves):
     """Blocks for kernels whose units loop over rows: at most `waves` full residencies."""
     resident = limits.sm_count * (THREADS_PER_SM // block) * waves
     return min(MAX_GRID, resident, math.ceil(rows / rows_per_block))
@@ -808,7 +808,7 @@ def _tiles(rows, cols, itemsize, vec, limits) -> Plan | None:
     smem = warps * batch * group_bytes
     if smem > limits.smem_per_block:
         return None
-    grid = _looped_grid(rows, warps * 32 // width * batch, TILES_BLOCK, limits)
+    grid = _looped_grid(rows, warps * 32 // width * batch, TILES_BLOCK, limits, WARP_WAVES)
     launch = Launch("softmax_tiles", (vec, batch), grid, TILES_BLOCK, smem)
     return Plan("tiles", vec, launch, width=width)
 
@@ -827,7 +827,7 @@ def _flat(rows, cols, itemsize, limits) -> Plan:
     tile = max(1, FLAT_WARP_BYTES // (cols * itemsize) // groups) * groups
     wide = 16 // itemsize
     smem = FLAT_BLOCK // 32 * ((tile * cols + 2 * wide - 2) // wide) * 16  # as softmax_flat's cap
-    grid = _looped_grid(rows, FLAT_BLOCK // 32 * tile, FLAT_BLOCK, limits)
+    grid = _looped_grid(rows, FLAT_BLOCK // 32 * tile, FLAT_BLOCK, limits, WARP_WAVES)
     launch = Launch("softmax_flat", (per_lane, width), grid, FLAT_BLOCK, smem)
     return Plan("flat", wide, launch, width=width, per_group=tile)
 

@@ -144,6 +144,18 @@ def test_tiles_shape():
         rows_plan(20000, 4, 4, method="tiles")
 
 
+def test_grid_constants_are_read_at_each_plan(monkeypatch):
+    """tools/bench_variant.py sets the policy's constants after import: the looped grids must
+    follow WARP_WAVES and REGISTERS_FLOAT32_WAVES as they are when a plan is made."""
+    residency = H200.sm_count * (2048 // d.WARP_BLOCK)
+    monkeypatch.setattr(d, "WARP_WAVES", 3)
+    monkeypatch.setattr(d, "REGISTERS_FLOAT32_WAVES", 5)
+    assert rows_plan(32, 2, 8, rows=2**30).launch.grid == residency * 3  # registers, half type
+    assert rows_plan(32, 4, 4, rows=2**30).launch.grid == residency * 5  # registers, float32
+    tiles = rows_plan(600, 4, 4, rows=2**30, method="tiles").launch
+    assert tiles.grid == H200.sm_count * (2048 // tiles.block) * 3
+
+
 def test_registers_shape():
     assert d.WARP_LANE_VALUES == 16
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
