@@ -2,12 +2,31 @@
 # The GPU checks CI cannot run, in one call: the whole test suite, compute-sanitizer over the GPU
 # kernel tests, and the benchmark. Logs and results go under $OUT (default ./gpu-logs).
 #
-#   tools/gpu_check.sh [smoke] [tests] [gpu-tests] [sanitize] [bench] [bench-quick] [tune]
-#                      [tune-short] [tune-axis0] [axis0-probe] [team-probe] [tune-cluster] [tune-spill]
-#                      [tune-online] [tune-grid] [profile] [kcache] [ties]    (default: tests sanitize bench)
+#   tools/gpu_check.sh [STEP ...]        (default: tests sanitize bench)
 #
-# tune: forced row methods at the widths where the policy switches (the dispatcher's evidence;
-# tools/bench_variant.py runs the benchmark with a constant changed).
+# Steps:
+#   smoke         every forced method once on small inputs against SciPy (tools/smoke.py); stops
+#                 the run when it fails
+#   tests         the whole test suite
+#   gpu-tests     tests/test_gpu.py alone
+#   sanitize      compute-sanitizer memcheck, racecheck and synccheck over the GPU kernel tests,
+#                 and synccheck over the cluster exchange alone (tools/mail_probe.py)
+#   bench         the benchmark's default sweep (python -m cusoftmax.bench)
+#   profile       Nsight Compute over one call per kernel family, then the host path
+#                 (tools/profile_cases.py)
+#   tune          forced row methods at the widths where the policy switches, and the host time
+#                 of a launch (tools/host_launch.py)
+#   tune-short, tune-axis0, tune-cluster, tune-online, tune-grid
+#                 the benchmark with tuning values changed (tools/bench_variant.py FIELD=VALUE,
+#                 fields of the policy's Tuning in lower_snake_case); their records are in
+#                 docs/tuning/
+#   axis0-probe   axis 0 read twice, the second time from L2 (dev/probes/reread_probe.py)
+#   team-probe    axis 0 held by teams of blocks exchanging through L2 (dev/probes/team_probe.py)
+#   tune-spill    cluster rows with a spill against online
+#   kcache        pack CuPy's compiled kernels into $OUT/kcache.tgz
+#   ties          three rounds of the cells where a peer ran within 1% of cusoftmax
+#   bench-quick   a short benchmark sweep (float32 and bfloat16, six widths)
+#
 # Each step has its own time limit (seconds, STEP_LIMIT, default 280) so one slow step cannot
 # take the others' results with it.
 # CuPy's compiled kernels go to build/kcache (CUPY_CACHE_DIR, unless set): the `kcache` step packs
@@ -77,24 +96,24 @@ for what in ${@:-tests sanitize bench}; do
             --dtypes float32,bfloat16 --peers none --no-long --no-axis0 \
             --widths 8192,16384,32768,65536,131072,262144,524288,1048576 --methods block,cluster,grid,online
         step host-launch bench.log env PYTHONPATH=. python3 tools/host_launch.py ;;
-    # The tuning constants of cusoftmax/_dispatch.py against other values (tools/bench_variant.py).
+    # Tuning values against others (tools/bench_variant.py FIELD=VALUE).
     tune-short)
-        for v in WARP_LANE_VALUES=16 WARP_LANE_VALUES=8 WARP_LANE_VALUES=32 "REGISTERS_MAX_COLS=0 REGISTERS_MAX_BYTES=0 REGISTERS_WIDE_MAX_BYTES=0"; do
+        for v in warp_lane_values=16 warp_lane_values=8 warp_lane_values=32 "registers_max_cols=0 registers_max_bytes=0 registers_wide_max_bytes=0"; do
             step "tune-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py $v -- \
                 --out "$OUT/tune-short" --repeat 15 --dtypes float32,bfloat16 --peers none --no-axis0 \
                 --no-long --widths 32,64,128,256,512,1024
         done ;;
     tune-axis0)
-        for v in "SLAB_STRIP_BYTES=(128, 64)" "SLAB_STRIP_BYTES=(64,)" "SLAB_STRIP_BYTES=(128,)" SLAB_SLICE_BYTES=32768 \
-                 SLAB_SLICE_BYTES=131072 SLAB_MAX_THREADS=128; do
+        for v in "slab_strip_bytes=(128, 64)" "slab_strip_bytes=(64,)" "slab_strip_bytes=(128,)" slab_slice_bytes=32768 \
+                 slab_slice_bytes=131072 slab_max_threads=128; do
             step "tune-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py "$v" -- \
                 --out "$OUT/tune-axis0" --repeat 10 --dtypes float32,bfloat16 --peers none --no-long \
                 --widths 32 --methods slab,columns
         done ;;
-    axis0-probe)  # axis 0 read twice, the second time from L2 (tools/reread_probe.py)
-        step axis0-probe probe.log env PYTHONPATH=. python3 tools/reread_probe.py --out "$OUT" ;;
-    team-probe)  # axis 0 held by teams of blocks exchanging through L2 (tools/team_probe.py)
-        step team-probe team-probe.log env PYTHONPATH=. python3 tools/team_probe.py --out "$OUT" ;;
+    axis0-probe)  # axis 0 read twice, the second time from L2 (dev/probes/reread_probe.py)
+        step axis0-probe probe.log env PYTHONPATH=. python3 dev/probes/reread_probe.py --out "$OUT" ;;
+    team-probe)  # axis 0 held by teams of blocks exchanging through L2 (dev/probes/team_probe.py)
+        step team-probe team-probe.log env PYTHONPATH=. python3 dev/probes/team_probe.py --out "$OUT" ;;
     tune-spill)  # cluster rows with a spill against online, spill ratios 0.14 to 1.28
         step tune-spill bench.log python3 -m cusoftmax.bench --out "$OUT/tune-spill" --repeat 20 \
             --peers none --no-long --no-axis0 --dtypes float32,bfloat16 --methods cluster,online \
@@ -102,18 +121,18 @@ for what in ${@:-tests sanitize bench}; do
     tune-cluster)
         for v in "(32768, 65536)" "(65536,)" "(32768,)" "(131072,)"; do
             step "tune-cluster-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
-                "CLUSTER_SLICE_BYTES=$v" -- --out "$OUT/tune-cluster" --repeat 10 --dtypes float32,bfloat16 \
+                "cluster_slice_bytes=$v" -- --out "$OUT/tune-cluster" --repeat 10 --dtypes float32,bfloat16 \
                 --peers none --no-long --no-axis0 --widths 65536,131072,262144,524288 --methods cluster
         done ;;
     tune-online)  # online chunk length and group size (in waves of items)
         for v in 131072_0.5 65536_0.5 262144_0.5 131072_2 131072_0.25; do
             step "tune-online-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py \
-                ONLINE_MIN_CHUNK_BYTES=${v%_*} ONLINE_GROUP_WAVES=${v#*_} -- --out "$OUT/tune-online" \
+                online_min_chunk_bytes=${v%_*} online_group_waves=${v#*_} -- --out "$OUT/tune-online" \
                 --repeat 10 --dtypes float32,bfloat16 --peers none --no-axis0 --methods online \
                 --widths 1048576,4194304
         done ;;
     tune-grid)  # the grid kernel's chunk, threads, copies ahead and chunks behind (runs s11-1 to s11-3)
-        for v in GRID_CHUNK_BYTES=32768 GRID_CHUNK_BYTES=16384 GRID_THREADS=256 GRID_AHEAD=2 GRID_LAG=2; do
+        for v in grid_chunk_bytes=32768 grid_chunk_bytes=16384 grid_threads=256 grid_ahead=2 grid_lag=2; do
             step "tune-grid-$v" bench.log env PYTHONPATH=. python3 tools/bench_variant.py $v -- \
                 --out "$OUT/tune-grid" --repeat 15 --dtypes float32,bfloat16 --peers none --no-axis0 \
                 --no-long --methods grid --widths 262144,524288,1048576,2097152,4194304

@@ -1,10 +1,10 @@
-"""When the online kernel's items run: `python3 tools/online_timeline.py` on a GPU (PYTHONPATH=.)
-prints, per case, a timeline of one call from the global timer that thread 0 of every block reads
-at marks: an item's start (after the hand-over), a read item's end, a row's merge, the held
-chunk's write (start and end), a write item's row statistics in hand (after its wait) and its
+"""When the online kernel's items run: `python3 dev/probes/online_timeline.py` on a GPU
+(PYTHONPATH=.) prints, per case, a timeline of one call from the global timer that thread 0 of every
+block reads at marks: an item's start (after the hand-over), a read item's end, a row's merge, the
+held chunk's write (start and end), a write item's row statistics in hand (after its wait) and its
 end. Times are in microseconds from the call's first mark.
 
-The kernel's source is patched in memory at exact lines (MARKS), as tools/phase_probe.py does;
+The kernel's source is patched in memory at exact lines (MARKS), as dev/probes/phase_probe.py does;
 where a line has changed, the probe stops and names it. Each mark is an atomic and a few stores
 by thread 0, so the marked call runs somewhat slower than the plain one (both are printed); the
 timeline is for seeing where the blocks wait, not for timing.
@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from phase_probe import marked_functions  # tools/, beside this script
+from phase_probe import marked_functions  # dev/probes/, beside this script
 
 RECORDS = 1 << 16
 HEAD = (f"extern \"C\" __device__ unsigned long long csm_marks[4 * {RECORDS}];\n"

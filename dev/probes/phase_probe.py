@@ -1,15 +1,16 @@
-"""Where the grid and the slab kernels spend their time: `python3 tools/phase_probe.py grid|slab`
-on a GPU (PYTHONPATH=.) prints, per case, the cycles between marks that thread 0 of every block
-reads with clock64, summed over the blocks of one call and divided by the steps (grid) or lines
-(slab) the blocks took, and the SM clock under load (block 0's clock64 against the global timer).
+"""Where the grid and the slab kernels spend their time: `python3 dev/probes/phase_probe.py
+grid|slab` on a GPU (PYTHONPATH=.) prints, per case, the cycles between marks that thread 0 of
+every block reads with clock64, summed over the blocks of one call and divided by the steps
+(grid) or lines (slab) the blocks took, and the SM clock under load (block 0's clock64 against
+the global timer).
 
 The kernels' source is patched in memory at exact lines (MARKS below); where a line has changed,
 the probe stops and names it, so the marks follow the kernels. A phase's count is what thread 0
 saw: a block reduction also holds the wait for the block's slowest warp. The slab's marks add a
 barrier after the copy wait, so that waiting for the copies and the max walk separate. The counts
 are for weighing phases against each other, not for timing (the marked slab calls ran 40% to 80%
-slower, runs s12-5 and s12-14). Runs s12-1, s12-2, s12-5 and s12-14 in BENCHMARKS.md came from
-this script (the first three from its draft).
+slower, runs s12-5 and s12-14). Runs s12-1, s12-2, s12-5 and s12-14 in
+docs/history/benchmarks-log.md came from this script (the first three from its draft).
 """
 
 import sys

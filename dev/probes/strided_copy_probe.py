@@ -3,7 +3,7 @@
 rows (block r of a line's CL blocks), 16-byte loads, 4 in flight a thread, each stored at the same
 place in y. Timed as the benchmark times (L2 flushed by a 256 MiB write, CUDA events, median of
 30), against a device-to-device copy of the same bytes. Run on a GPU: `python3
-tools/strided_copy_probe.py` (run s20-9 in BENCHMARKS.md)."""
+dev/probes/strided_copy_probe.py` (run s20-9 in docs/history/benchmarks-log.md)."""
 
 import cupy
 import numpy as np

@@ -1,7 +1,7 @@
 """Whether softmax along axis 0 of a C-contiguous (n x inner) matrix can reach 0.85 of copy by
 holding nothing on chip and reading x twice, the second time from L2. Runs s27-1 and s27-2
-(BENCHMARKS.md, H200, 2026-12-01): no, at most 0.64 (float32) and 0.53 (bfloat16), below the
-slab; the copy in the same walk 0.91 to 0.93.
+(docs/history/benchmarks-log.md, H200, 2026-12-01): no, at most 0.64 (float32) and 0.53
+(bfloat16), below the slab; the copy in the same walk 0.91 to 0.93.
 
 The kernel (`reread` below, built from softmax_columns.cu's pieces) walks lines as the slab
 does: a line is a strip of `width` 16-byte packs of every row, cut over the CL blocks of a
@@ -22,7 +22,7 @@ written; no second read, no exchange): the ceiling of the walk itself. Every MOD
 checked against cusoftmax's own axis-0 result (whatever the dispatcher runs there), to twice the
 dtype's bound, and sampled columns against a float64 reference, before it is timed. Timed as the
 benchmark times (`cusoftmax.bench.Timer`: L2 flushed, CUDA events, median of 30), against a
-device-to-device copy of the same bytes. Run on a sm_90 GPU: `python3 tools/reread_probe.py
+device-to-device copy of the same bytes. Run on a sm_90 GPU: `python3 dev/probes/reread_probe.py
 [--out DIR]`, or `tools/gpu_check.sh axis0-probe` (under its step's time limit)."""
 
 import argparse
@@ -33,7 +33,7 @@ import cupy
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from axis0_cases import Case, Table  # noqa: E402
 from cusoftmax import _kernels, bench  # noqa: E402
 
@@ -117,7 +117,7 @@ TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
 SHAPES = [(4096, 16384), (16384, 4096)]
 WIDTHS = [16, 32]  # packs a strip: 256 and 512 bytes of each row
 CLUSTERS = [8, 16]
-THREADS = 512  # run s27-1 (BENCHMARKS.md): 1024 slower in every case
+THREADS = 512  # run s27-1 (docs/history/benchmarks-log.md): 1024 slower in every case
 # (mode, steps loaded at once, float state): the copy, then softmax with either state
 KINDS = [(1, 4, False), (1, 8, False), (0, 4, False), (0, 8, False), (0, 4, True), (0, 8, True)]
 

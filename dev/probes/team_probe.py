@@ -1,12 +1,12 @@
 """Whether softmax along axis 0 of a C-contiguous (n x inner) matrix reaches 0.85 of copy when a
-line is held on chip by a team of blocks larger than a cluster, the team's column pairs
-exchanged through L2 rather than distributed shared memory, so that each block reads wide runs
-of its rows (256 to 2048 bytes, where the slab reads 64 or 128). Runs s28-1 to s28-6
-(BENCHMARKS.md, H200, 2026-12-01): no. The walk copies at 0.90 to 0.92 with runs of 256 bytes or
-more, but the softmax reaches at most 0.67 / 0.62 (float32 4096 x 16384 / 16384 x 4096) and 0.51
-(bfloat16), against the slab's 0.79 / 0.62 and 0.65 / 0.55 in the same runs. At the same slice,
-the larger the team the slower (float32 4096 x 16384, 64 KiB slices: teams of 16 / 33 / 66 / 128
-at best 0.57 / 0.52 / 0.43 / 0.39); at the same team, the larger the slice (the fewer lines a
+line is held on chip by a team of blocks larger than a cluster, the team's column pairs exchanged
+through L2 rather than distributed shared memory, so that each block reads wide runs of its rows
+(256 to 2048 bytes, where the slab reads 64 or 128). Runs s28-1 to s28-6
+(docs/history/benchmarks-log.md, H200, 2026-12-01): no. The walk copies at 0.90 to 0.92 with runs of
+256 bytes or more, but the softmax reaches at most 0.67 / 0.62 (float32 4096 x 16384 / 16384 x 4096)
+and 0.51 (bfloat16), against the slab's 0.79 / 0.62 and 0.65 / 0.55 in the same runs. At the same
+slice, the larger the team the slower (float32 4096 x 16384, 64 KiB slices: teams of 16 / 33 / 66 /
+128 at best 0.57 / 0.52 / 0.43 / 0.39); at the same team, the larger the slice (the fewer lines a
 block) the faster. That reads as a wait a line (the team's pairs counted, then merged) which the
 next line's copies do not hide; the phases were not timed one by one.
 
@@ -29,7 +29,7 @@ Results are checked against cusoftmax's own axis-0 result and sampled columns ag
 reference before timing; timed as the benchmark times (L2 flushed, CUDA events, median), the
 counters' memset included, against a device-to-device copy of the same bytes. The grid is
 launched plainly: on an idle GPU every block is resident (a library kernel would need that
-guaranteed, by a cooperative launch). Run on a sm_90 GPU: `python3 tools/team_probe.py [--out
+guaranteed, by a cooperative launch). Run on a sm_90 GPU: `python3 dev/probes/team_probe.py [--out
 DIR]`, or `tools/gpu_check.sh team-probe`."""
 
 import argparse
@@ -41,7 +41,7 @@ import cupy
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from axis0_cases import Case, Table  # noqa: E402
 from cusoftmax import _kernels, bench  # noqa: E402
 
@@ -281,9 +281,9 @@ THREADS = 512  # TEAM_THREADS above
 
 # (dtype, n, inner): [(P packs a strip, team size, NB, LEVELS, bulk stores, blocks an SM), ...].
 # Teams divide the 132 SMs of an H200 (or take 128 of them); a block's slice (per x 16 P bytes)
-# is at most 93.25 KiB (64 KiB with NB 3, 48 KiB with NB 4). Runs s28-1 to s28-4 (BENCHMARKS.md)
-# each ran a part of this list on earlier forms of the kernel; s28-5 and s28-6 ran all of it on
-# this one.
+# is at most 93.25 KiB (64 KiB with NB 3, 48 KiB with NB 4). Runs s28-1 to
+# s28-4 (docs/history/benchmarks-log.md) each ran a part of this list on earlier forms of the
+# kernel; s28-5 and s28-6 ran all of it on this one.
 CASES = {
     ("float32", 4096, 16384): [
         (16, 16, 2, 1, False, 1), (32, 33, 2, 2, False, 1), (64, 66, 2, 2, False, 1), (128, 128, 2, 2, False, 1),

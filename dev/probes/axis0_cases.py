@@ -9,7 +9,7 @@ from pathlib import Path
 
 import cupy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import cusoftmax  # noqa: E402
 from cusoftmax import _accuracy, bench  # noqa: E402
 
