@@ -76,9 +76,10 @@ for what in ${@:-tests sanitize bench}; do
         step racecheck sanitizer.log "${sanitize[@]}" racecheck "${pytest[@]}" tests/test_gpu.py \
             -k "(special and not 1000000) or strided or determin or past_grid or two_pass or grid_slots or (spill and float32) or flat_runs"
         # synccheck stops on 8 or more clusters of 16 blocks exchanging by st.async, the 30-line
-        # tools/mail_probe.py too (BENCHMARKS.md): the rows of 100000 run 12 such clusters, so
-        # they are left out here (and so the rows of 1000000, which "100000" also selects) and
-        # the exchange runs alone at 7 clusters of 16 and 24 of 8. The spill test runs 4 rows.
+        # tools/mail_probe.py too (docs/history/benchmarks-log.md): the rows of 100000 run 12
+        # such clusters, so they are left out here (and so the rows of 1000000, which "100000"
+        # also selects) and the exchange runs alone at 7 clusters of 16 and 24 of 8. The spill
+        # test runs 4 rows.
         # The slab's special columns stop it too (run s12-12: also on the slab before the twelfth
         # session), after a warning of too many tracked barriers.
         step synccheck sanitizer.log "${sanitize[@]}" synccheck "${pytest[@]}" tests/test_gpu.py \
