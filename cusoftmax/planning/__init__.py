@@ -1,0 +1,93 @@
+"""THE policy: (layout, element size, addresses, device limits, tuning) -> a plan: one launch.
+
+``ORDER`` below is the whole order of choice. Each entry names a kernel family, the layouts it
+takes (contiguous rows, or a strided reduced axis) and when the default takes it; the first entry
+that applies and whose planner returns a plan wins (a planner returns None where its kernel cannot
+hold the case: the next entry takes over). None at the end: the caller makes a contiguous copy
+with the reduced axes last and plans again. A forced ``method`` runs that family's planner alone,
+which raises ValueError naming the limit where its kernel cannot run. Every tuning value is a field
+of ``Tuning`` (``tuning.py``, with the records in docs/tuning/ that chose it).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, NamedTuple
+
+from . import block, cluster, columns, flat, grid, online, registers, slab, tiles
+from .common import MAX_GRID, OPS, PORTABLE_CLUSTER, Case, Limits, Plan, device_limits, vector_width
+from .tuning import TUNING, BySize, Tuning, cuda_defines
+
+__all__ = ["METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER", "TUNING", "BySize", "Limits",
+           "Plan", "Tuning", "active", "cuda_defines", "device_limits", "plan", "templates", "use",
+           "vector_width"]
+
+
+class Entry(NamedTuple):
+    family: object  # the family's module: its plan(case, forced) and templates(itemsize, ...)
+    strided: bool  # takes a strided reduced axis (forced: any layout), else contiguous rows
+    when: Callable[[Case], bool]  # the default takes it
+
+
+ORDER = (
+    # a strided reduced axis whose inner run is at least columns_min_inner:
+    Entry(slab, True, columns.default),  # held across a cluster, where one holds it
+    Entry(columns, True, columns.default),  # else two passes over the axis
+    # contiguous rows:
+    Entry(flat, False, flat.default),  # back to back off 16-byte boundaries, short
+    Entry(registers, False, registers.default),  # short; wide where they won
+    Entry(tiles, False, tiles.default),  # up to tiles_max_bytes
+    Entry(block, False, block.default),  # one block holds it, up to cluster_min_bytes
+    Entry(cluster, False, cluster.default),  # a cluster holds it, or spills little
+    Entry(grid, False, grid.default),  # float32 up to grid_max_row_bytes, with clusters
+    Entry(online, False, lambda case: True),  # any row
+)
+METHODS = ("registers", "flat", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
+_BY_METHOD = {entry.family.__name__.rpartition(".")[2]: entry for entry in ORDER}
+
+
+def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=None) -> Plan | None:
+    """The plan for one call. ``layout`` comes from ``_layout.collapse`` (None when the strides
+    allow no [outer][n][inner] view); ``addresses`` are the input's and output's data addresses
+    (modulo 16 is enough); ``tuning``: the active one (``use``) by default. None means: make a
+    contiguous copy with the reduced axes last, then plan again."""
+    if method not in (None, *METHODS):
+        raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
+    if layout is None:
+        return None
+    case = Case(layout, itemsize, addresses, limits, _active if tuning is None else tuning)
+    if method is not None:
+        entry = _BY_METHOD[method]
+        return entry.family.plan(case, forced=True) if entry.strided or layout.rows else None
+    for entry in ORDER:
+        if entry.strided != layout.rows and entry.when(case):
+            chosen = entry.family.plan(case)
+            if chosen is not None:
+                return chosen
+    return None
+
+
+def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING):
+    """Every (kernel, template arguments) the policy can emit for one element size
+    (``clusters``: include the cluster kernels, which need sm_90)."""
+    for entry in ORDER:
+        yield from entry.family.templates(itemsize, clusters, tuning)
+
+
+_active = TUNING
+
+
+def active() -> Tuning:
+    """The tuning plans are made with (the plan and kernel caches are keyed by it)."""
+    return _active
+
+
+@contextmanager
+def use(tuning: Tuning):
+    """Plan with ``tuning`` inside the block (benchmarks of a variant)."""
+    global _active
+    previous, _active = _active, tuning
+    try:
+        yield tuning
+    finally:
+        _active = previous

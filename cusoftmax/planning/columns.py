@@ -1,0 +1,51 @@
+"""The columns family: a strided reduced axis in chunks, strips of the inner axis a block, in
+one launch of resident blocks taking (strip, chunk) items: 2 reads + 1 write, no transpose."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .common import Plan, pow2_at_least, two_pass_grid, two_pass_workspace, vecs
+
+
+@dataclass(frozen=True)
+class ColumnsPlan(Plan):
+    method = "columns"
+    width: int  # packs a strip
+    chunk: int  # steps of the reduced axis a chunk
+    chunks: int  # chunks a strip
+    lines: int  # strips
+    per_group: int  # strips a group of the schedule
+
+    def args(self, layout):
+        (xso, xsn), (yso, ysn) = layout.xs, layout.ys
+        return (layout.outer, layout.n, layout.inner, xso, xsn, yso, ysn, self.chunk, self.chunks,
+                self.per_group, self.width)
+
+    def workspace(self):
+        return two_pass_workspace(self.lines, self.chunks, self.width * self.vec)
+
+
+def default(c) -> bool:
+    return c.layout.inner >= c.tuning.columns_min_inner
+
+
+def plan(c, forced=False) -> ColumnsPlan:
+    t, (outer, n, inner) = c.tuning, (c.layout.outer, c.layout.n, c.layout.inner)
+    vec = min(c.strided_vec, t.columns_max_vec)
+    width = min(max(1, t.columns_strip_cols // vec), t.columns_threads,
+                pow2_at_least(math.ceil(inner / vec)))
+    lines = outer * math.ceil(inner / (width * vec))
+    chunk = max(t.columns_min_chunk, math.ceil(n / t.columns_max_chunks))
+    chunks = math.ceil(n / chunk)
+    grid, per_group = two_pass_grid(lines, chunks, t.columns_blocks_per_sm, t.columns_group_waves,
+                                    c.limits)
+    return ColumnsPlan(vec, grid, t.columns_threads, 0, width=width, chunk=chunk, chunks=chunks,
+                       lines=lines, per_group=per_group)
+
+
+def templates(itemsize, clusters, tuning):
+    for vec in vecs(itemsize):
+        if vec <= tuning.columns_max_vec:
+            yield "columns", (vec,)

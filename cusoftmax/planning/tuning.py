@@ -1,0 +1,135 @@
+"""Every tuning value of the policy, as data: a variant is ``dataclasses.replace(TUNING, ...)``.
+
+Beside each field: the reason in one line and the record that chose it (``docs/tuning/<family>.md``,
+``## <id>``). Values marked (CUDA) reach the kernels as ``-DCSM_...`` options (``cuda_defines``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class BySize(dict):
+    """A table by element size (bytes); hashable, so a Tuning keys the plan and kernel caches."""
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.items())))
+
+
+@dataclass(frozen=True)
+class Tuning:
+    # registers: short rows (a warp's, shuffles only) and wide rows (a block's)
+    registers_max_per_lane: int = 32  # 32 values + ~30 of state keep 16 warps an SM [registers-1]
+    registers_max_lanes: int = 1024  # a wide row is one block [registers-1]
+    registers_max_cols: int = 512  # short rows in registers up to here, by elements [registers-2]
+    registers_max_bytes: int = 2048  # ... or by bytes: 1024 half-type elements won [registers-2]
+    registers_wide_values: int = 16  # 32 registers a thread, no spill, 2048 threads an SM [registers-3]
+    registers_wide_max_bytes: int = 4096  # 16-byte packs: wide rows beat tiles, block [registers-3]
+    registers_wide_min_resident_bytes: int = 52 * 1024  # fewer an SM: tiles win [registers-4]
+    registers_wide_narrow_vec: int = 2  # packs of up to 2 elements take wide rows too [registers-5]
+    registers_wide_narrow_max_cols: int = 320 * 16  # 320 lanes: three blocks an SM [registers-5]
+    # rows in their spans' packs: wide rows up to these bytes, then block and cluster [registers-6]
+    registers_wide_span_max_bytes: BySize = BySize({2: 8192, 4: 320 * 16 * 4})
+    registers_short_span_min_bytes: int = 1024  # shorter rows lose in spans [registers-7]
+    registers_short_span_max_pack: int = 4  # spans from packs of one 4-byte element [registers-7]
+    registers_short_span_max_short_pack: int = 8  # ... 8 where the span stays short [registers-7]
+    warp_block: int = 64  # short rows' block: 64 beat 128 by 1-3% [registers-8]
+    registers_short_threads: int = 128  # (CUDA) short rows' __launch_bounds__ [registers-8]
+    warp_lane_values: int = 16  # rows per lane group for about 16 values a lane [registers-9]
+    warp_max_rows: int = 4  # rows per lane group at most [registers-9]
+    warp_lane_values_float64_one_pack: int = 4  # float64, a pack a lane: 4 won [registers-10]
+    warp_waves: int = 8  # full residencies of the looped grids [registers-11]
+    registers_float32_waves: int = 16  # float32 16-byte packs: 0.2-2% faster [registers-12]
+    # tiles
+    tiles_max_bytes: int = 4095  # rows shorter than 4 KiB; 4 KiB went to block [tiles-1]
+    tiles_block: int = 128  # threads a block [tiles-2]
+    tiles_warp_bytes: int = 4096  # bytes a warp stages before reducing [tiles-2]
+    tiles_rows: tuple = (1, 2, 4, 8)  # rows per lane group it may stage [tiles-2]
+    # flat
+    flat_block: int = 128  # (CUDA) threads a block and its __launch_bounds__ [flat-1]
+    flat_warp_bytes: int = 4096  # bytes of rows a warp stages [flat-1]
+    flat_max_cols: int = 32 * 32  # 32 lanes of 32 values [flat-1]
+    flat_lane_values: int = 8  # the fewest lanes holding a row in at most 8 values each [flat-1]
+    flat_max_bytes: BySize = BySize({2: 1536, 4: 280})  # the default's longest flat rows [flat-1]
+    # block: threads by bytes a block holds (first entry that holds them)
+    # no other table gained more than 0.02 of copy [block-1]
+    block_threads: tuple = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512),
+                            (math.inf, 1024))
+    # float64: half block_threads' threads from 16 KiB to 64 KiB, up to 0.15 faster [block-2]
+    block_threads_float64: tuple = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 128),
+                                    (64 * 1024, 256), (math.inf, 1024))
+    block_scratch: int = 100 * 8  # (CUDA) bytes ahead of a row: scratch and cluster exchange
+    # cluster and spill
+    cluster_sizes: tuple = (2, 4, 8, 16)  # tried in order up to the device's largest [cluster-1]
+    cluster_slice_bytes: tuple = (32 * 1024, 64 * 1024)  # slice limits tried in turn [cluster-1]
+    cluster_min_bytes: int = 32 * 1024  # longer rows: a cluster, though a block holds them [cluster-1]
+    cluster_blocks_per_sm: int = 2  # slices that let two blocks share an SM [cluster-2]
+    cluster_spill_max: float = 0.5  # spill per held byte; bfloat16 loses past it [cluster-3]
+    spill_threads: int = 512  # (CUDA) 64 registers a thread at two blocks an SM [cluster-4]
+    # grid
+    grid_chunk_bytes: int = 32 * 1024  # bytes a chunk [grid-1]
+    grid_ahead: int = 1  # chunks a block has in flight [grid-1]
+    grid_lag: int = 1  # chunks a block holds waiting for their rows [grid-1]
+    grid_threads: int = 128  # at least 64: warp 1 polls the row counts [grid-1]
+    grid_itemsize: int = 4  # only float32 rows gained [grid-2]
+    grid_max_row_bytes: int = 4 * 1024 * 1024  # leads online at 4 MiB, not at 6 MiB [grid-2]
+    # online (two passes over rows)
+    online_group_waves: float = 0.5  # waves of items a group of rows [online-2]
+    online_min_chunk_bytes: int = 128 * 1024  # bytes a chunk at least [online-2]
+    online_max_chunks: int = 1024  # chunks a row at most [online-2]
+    online_threads: int = 512  # (CUDA) threads a block [online-2]
+    online_blocks_per_sm: BySize = BySize({2: 3, 4: 2, 8: 2})  # (CUDA) launch bounds [online-3]
+    online_hold_bytes: int = 96 * 1024  # a chunk's first bytes held in shared memory [online-4]
+    online_holds: tuple = (4,)  # (CUDA) element sizes that hold; half types lost [online-4]
+    # columns (two passes over a strided axis)
+    columns_group_waves: float = 2.0  # waves of items a group of strips [online-1]
+    columns_min_inner: int = 32  # a shorter inner run is copied to rows [columns-1]
+    columns_strip_cols: int = 256  # columns a strip: 1 KiB of float32 won [columns-1]
+    columns_min_chunk: int = 256  # steps a chunk: <= 1/16 byte of partials an element [columns-1]
+    columns_max_chunks: int = 64  # chunks of the axis at most [columns-1]
+    columns_threads: int = 256  # (CUDA) threads a block
+    columns_blocks_per_sm: int = 3  # (CUDA) its launch bounds: 80 registers a thread [columns-2]
+    columns_max_vec: int = 4  # 8 bfloat16 a thread spill 68 bytes [columns-2]
+    # slab (a strided axis held across a cluster)
+    slab_strip_bytes: tuple = (128, 64)  # strip widths tried in order [slab-1]
+    slab_slice_bytes: int = 64 * 1024  # a block's slice at most, where a size allows [slab-1]
+    slab_max_cols: int = 64  # (CUDA) columns a strip at most [slab-1]
+    slab_max_threads: int = 256  # (CUDA) threads a block at most [slab-1]
+    slab_min_threads: int = 128  # 64 overflowed the tracked barriers [slab-2]
+
+    @property
+    def short_cols(self) -> int:
+        """The longest row one warp holds: 32 lanes of registers_max_per_lane values."""
+        return 32 * self.registers_max_per_lane
+
+    @property
+    def slab_max_warps(self) -> int:
+        return self.slab_max_threads // 32
+
+    @property
+    def slab_scratch(self) -> int:
+        """Bytes ahead of a slab block's (m, d) rounds: 16, then 8 a column of a strip."""
+        return 16 + self.slab_max_cols * 8
+
+
+TUNING = Tuning()
+
+
+def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
+    """The values kernels/ shares with the policy, as NVRTC options ``-DCSM_NAME=value``."""
+    values = {
+        "FUSED_SCRATCH": tuning.block_scratch,
+        "SPILL_THREADS": tuning.spill_threads,
+        "SHORT_ROWS_THREADS": tuning.registers_short_threads,
+        "FLAT_THREADS": tuning.flat_block,
+        "ONLINE_THREADS": tuning.online_threads,
+        **{f"ONLINE_BLOCKS_{s}": n for s, n in sorted(tuning.online_blocks_per_sm.items())},
+        **{f"ONLINE_HOLDS_{s}": int(s in tuning.online_holds) for s in (2, 4, 8)},
+        "COLUMNS_THREADS": tuning.columns_threads,
+        "COLUMNS_BLOCKS_PER_SM": tuning.columns_blocks_per_sm,
+        "SLAB_MAX_COLS": tuning.slab_max_cols,
+        "SLAB_MAX_THREADS": tuning.slab_max_threads,
+        "SLAB_SCRATCH": tuning.slab_scratch,
+    }
+    return tuple(f"-DCSM_{name}={value}" for name, value in values.items())
