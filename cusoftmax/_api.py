@@ -6,7 +6,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _arrays, _dispatch, _host, _kernels
+from . import _arrays, _host, _kernels, planning
 from ._layout import collapse, normalize_axes
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -25,7 +25,7 @@ def result_dtype(dtype) -> np.dtype:
 
 
 # Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, address % 16,
-# array's device, current device) -> run(x, y) writing the result into y, a new array like x.
+# array's device, current device, tuning) -> run(x, y) writing the result into y, a new array like x.
 # Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice, which
 # returns the current device's id) are set with the first entry; until then no input takes the
 # fast path.
@@ -152,7 +152,7 @@ def _elem_strides(a) -> tuple[int, ...]:
 
 def _fast_key(x, axis):
     mem = x.data
-    return (x.shape, x.strides, x.dtype, axis, mem.ptr & 15, mem.device_id, _device())
+    return (x.shape, x.strides, x.dtype, axis, mem.ptr & 15, mem.device_id, _device(), planning.active())
 
 
 def _remember(x, axis, run) -> None:
@@ -167,19 +167,20 @@ def _remember(x, axis, run) -> None:
 
 
 @lru_cache(maxsize=4096)
-def _plan(shape, xs, ys, axes, itemsize, align, device_id, method):
+def _plan(shape, xs, ys, axes, itemsize, align, device_id, method, tuning):
     """Layout and plan for one call signature; addresses matter only modulo 16 (alignment)."""
     layout = collapse(shape, xs, ys, axes)
-    limits = _dispatch.device_limits(device_id)
-    return layout, _dispatch.plan(layout, itemsize, align, limits, method)
+    limits = planning.device_limits(device_id)
+    return layout, planning.plan(layout, itemsize, align, limits, method, tuning)
 
 
 def _runner(x, y, axes, method):
     """``run(x, y)`` for CuPy arrays like these (cached per call signature), or None when no
     kernel takes their strides."""
+    tuning = planning.active()
     layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
-                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method)
-    return None if plan is None else _kernels.bind(plan, layout, x.dtype.name, x.device.id)
+                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method, tuning)
+    return None if plan is None else _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)
 
 
 def _gpu(x, axes, out, dtype, method, remember=None):

@@ -8,23 +8,29 @@ from pathlib import Path
 
 import numpy as np
 
+from .planning import OPS, PORTABLE_CLUSTER, TUNING, Tuning, cuda_defines, device_limits
+
 HEADER = "common.cuh"
 FILES = {
-    "softmax_registers": "softmax_fused.cu",
-    "softmax_short_spans": "softmax_fused.cu",
-    "softmax_flat": "softmax_fused.cu",
-    "softmax_tiles": "softmax_fused.cu",
-    "softmax_block": "softmax_fused.cu",
-    "softmax_cluster": "softmax_fused.cu",
-    "softmax_spill": "softmax_fused.cu",
-    "softmax_grid": "softmax_fused.cu",
-    "softmax_online": "softmax_online.cu",
-    "softmax_columns": "softmax_columns.cu",
-    "softmax_slab": "softmax_columns.cu",
+    "registers": "softmax_fused.cu",
+    "short_spans": "softmax_fused.cu",
+    "flat": "softmax_fused.cu",
+    "tiles": "softmax_fused.cu",
+    "block": "softmax_fused.cu",
+    "cluster": "softmax_fused.cu",
+    "spill": "softmax_fused.cu",
+    "grid": "softmax_fused.cu",
+    "online": "softmax_online.cu",
+    "columns": "softmax_columns.cu",
+    "slab": "softmax_columns.cu",
 }
-CLUSTER_KERNELS = ("softmax_cluster", "softmax_spill", "softmax_slab")  # template (vec, cluster size, ...)
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
-OPTIONS = ("-std=c++17",)
+LANGUAGE = ("-std=c++17",)
+
+
+def options(tuning: Tuning = TUNING) -> tuple[str, ...]:
+    """NVRTC options: the language, then the values the kernels share with the policy."""
+    return (*LANGUAGE, *cuda_defines(tuning))
 
 
 def kernel_dir() -> Path:
@@ -48,18 +54,21 @@ def source(filename: str) -> str:
     return text.replace(include, (folder / HEADER).read_text(), 1)
 
 
-def name_expression(kernel: str, dtype_name: str, template) -> str:
-    args = ", ".join([C_TYPES[dtype_name], *map(str, template)])
+def name_expression(kernel: str, dtype_name: str, template, ops=OPS) -> str:
+    """``csm::<family><csm::<load>, csm::<epilogue>, <element type>, <template...>>``."""
+    args = ", ".join([*(f"csm::{op}" for op in ops), C_TYPES[dtype_name], *map(str, template)])
     return f"csm::{kernel}<{args}>"
 
 
 @lru_cache(maxsize=None)
-def function(kernel: str, dtype_name: str, template: tuple, device_id: int):
-    """The compiled kernel for the current device (CuPy caches the binary on disk too)."""
+def function(kernel: str, dtype_name: str, template: tuple, ops: tuple, defines: tuple, device_id: int):
+    """The compiled kernel for the current device, built with ``defines`` (``cuda_defines`` of a
+    tuning; CuPy caches the binary on disk too, keyed by source and options)."""
     import cupy
 
-    expr = name_expression(kernel, dtype_name, template)
-    module = cupy.RawModule(code=source(FILES[kernel]), options=OPTIONS, name_expressions=(expr,))
+    expr = name_expression(kernel, dtype_name, template, ops)
+    module = cupy.RawModule(code=source(FILES[kernel]), options=(*LANGUAGE, *defines),
+                            name_expressions=(expr,))
     return module.get_function(expr)
 
 
@@ -67,38 +76,37 @@ def function(kernel: str, dtype_name: str, template: tuple, device_id: int):
 _NON_PORTABLE_CLUSTER = 14
 
 
-def _bound(launch, dtype_name, device_id):
-    """The function of one launch, with its shared-memory limit raised and, for clusters past
+def _bound(plan, dtype_name, device_id, tuning):
+    """The function of one plan, with its shared-memory limit raised and, for clusters past
     the portable size, non-portable sizes allowed."""
-    from ._dispatch import PORTABLE_CLUSTER
-
-    fn = function(launch.kernel, dtype_name, launch.template, device_id)
+    fn = function(plan.kernel, dtype_name, plan.template, plan.ops, cuda_defines(tuning), device_id)
     # The limit is the function's, shared by every plan bound to it, so it is only ever raised;
     # its default (48 KiB less the function's static shared memory) is below 48 KiB.
-    if launch.smem and fn.max_dynamic_shared_size_bytes < launch.smem:
-        fn.max_dynamic_shared_size_bytes = launch.smem
-    if launch.kernel in CLUSTER_KERNELS and launch.template[1] > PORTABLE_CLUSTER:
+    if plan.smem and fn.max_dynamic_shared_size_bytes < plan.smem:
+        fn.max_dynamic_shared_size_bytes = plan.smem
+    if plan.cluster > PORTABLE_CLUSTER:
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER, 1)
     return fn
 
 
-def _launcher(launch, fn, tail, cooperative=False, workspace=None):
-    """``run(x, y)``: launches ``fn`` on CuPy arrays x and y on the current stream through the
-    driver, with their device addresses followed by the fixed integer arguments ``tail``;
-    ``workspace``: (bytes, bytes to zero) of a two-pass kernel's workspace, allocated and zeroed
-    on the same stream and passed after y. Every argument has an 8-byte slot (an int parameter
+def _launcher(plan, fn, tail):
+    """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y on the current
+    stream through the driver, with their device addresses followed by the fixed integer
+    arguments ``tail``; the plan's workspace, if any, is allocated, its head zeroed on the same
+    stream, and passed after y. Every argument has an 8-byte slot (an int parameter
     reads the low 4 bytes, little-endian), packed once per thread; a call writes only the
     addresses. This costs about the driver's launch alone, where a RawKernel call converts each
-    argument again (tools/host_launch.py measures both). ``cooperative``: every block resident
-    at once, or the launch fails."""
+    argument again (tools/host_launch.py measures both). A cooperative plan has every block
+    resident at once, or the launch fails."""
     import ctypes
 
     import cupy
     from cupy_backends.cuda.api import driver
 
-    ptr, grid, block, smem = fn.kernel.ptr, launch.grid, launch.block, launch.smem
+    ptr, grid, block, smem = fn.kernel.ptr, plan.grid, plan.block, plan.smem
+    cooperative, workspace = plan.cooperative, plan.workspace()
     current_stream = cupy.cuda.get_current_stream
     pointers = 2 if workspace is None else 3
     n = pointers + len(tail)
@@ -134,64 +142,16 @@ def _launcher(launch, fn, tail, cooperative=False, workspace=None):
     return run_two_pass
 
 
-def _resident_grid(launch, fn, plan, device_id):
-    """The grid kernel's launch with its grid cut to the blocks resident at once on this device
-    (the occupancy the driver reports for this function, block size and shared memory), which
-    must hold a row: at most lag + 1 chunks of it per block; and the kernel's other
-    preconditions (see softmax_grid)."""
-    import dataclasses
-
-    from cupy_backends.cuda.api import driver
-
-    from ._dispatch import device_limits
-
-    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, launch.block, launch.smem)
-    resident = per_sm * device_limits(device_id).sm_count
-    if plan.ahead < 1 or plan.lag < 0 or launch.block < 64:
-        raise ValueError(
-            f"method='grid' needs a copy in flight (ahead {plan.ahead}), lag >= 0 ({plan.lag}) "
-            f"and two warps a block (warp 1 polls; {launch.block} threads)"
-        )
-    if plan.chunks > (plan.lag + 1) * resident:
-        raise RuntimeError(
-            f"method='grid' needs {plan.chunks} chunks of a row held at once; this device holds "
-            f"{plan.lag + 1} in each of {resident} resident blocks of {launch.block} threads and "
-            f"{launch.smem} bytes of shared memory"
-        )
-    return dataclasses.replace(launch, grid=min(resident, plan.lines * plan.chunks))
-
-
 @lru_cache(maxsize=1024)
-def bind(plan, layout, dtype_name: str, device_id: int):
-    """A callable ``run(x, y)`` that launches ``plan`` on CuPy arrays seen through ``layout``,
-    on the current stream. Everything but the two arrays' addresses is prepared here, once."""
-    import cupy
+def bind(plan, layout, dtype_name: str, device_id: int, tuning: Tuning = TUNING):
+    """A callable ``run(x, y)`` that launches ``plan`` (made with ``tuning``, whose values the
+    kernel is compiled with) on CuPy arrays seen through ``layout``, on the current stream.
+    Everything but the two arrays' addresses is prepared here, once. A cooperative plan runs on
+    the blocks the driver reports resident at once for its function."""
+    fn = _bound(plan, dtype_name, device_id, tuning)
+    if plan.cooperative:
+        from cupy_backends.cuda.api import driver
 
-    launch = plan.launch
-    fn = _bound(launch, dtype_name, device_id)
-    outer, n, inner = layout.outer, layout.n, layout.inner
-    (xso, xsn), (yso, ysn) = layout.xs, layout.ys
-    if plan.method == "flat":
-        return _launcher(launch, fn, (outer, n, xso, yso, plan.per_group))
-    if plan.method in ("registers", "tiles"):
-        return _launcher(launch, fn, (outer, n, xso, yso, plan.width))
-    if launch.kernel == "softmax_spill":  # also the packs of its slice a block holds
-        return _launcher(launch, fn, (outer, n, xso, yso, plan.held))
-    if plan.method in ("block", "cluster"):
-        return _launcher(launch, fn, (outer, n, xso, yso))
-    if plan.method == "slab":
-        return _launcher(launch, fn, (outer, n, inner, xso, xsn, yso, ysn, plan.width))
-    if plan.method not in ("grid", "online", "columns"):
-        raise AssertionError(plan.method)
-    from ._dispatch import workspace_bytes
-
-    if plan.method == "grid":
-        launch = _resident_grid(launch, fn, plan, device_id)
-        tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.ahead, plan.lag)
-    elif plan.method == "online":
-        tail = (outer, n, xso, yso, plan.chunk, plan.chunks, plan.per_group, plan.held)
-    else:
-        tail = (outer, n, inner, xso, xsn, yso, ysn, plan.chunk, plan.chunks, plan.per_group,
-                plan.width)
-    return _launcher(launch, fn, tail, cooperative=plan.method == "grid",
-                     workspace=workspace_bytes(plan))
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, plan.block, plan.smem)
+        plan = plan.resident(per_sm * device_limits(device_id).sm_count)
+    return _launcher(plan, fn, plan.args(layout))

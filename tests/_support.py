@@ -41,27 +41,28 @@ INT_DTYPES = [np.dtype(d) for d in ("int8", "uint8", "int16", "uint16", "int32",
 
 def block_max_cols(limits, itemsize, vec):
     """The longest row (elements) the block kernel holds under ``limits``, in packs of `vec`."""
-    from cusoftmax._dispatch import BLOCK_SCRATCH
+    from cusoftmax.planning import TUNING
 
-    return (limits.smem_per_block - BLOCK_SCRATCH) // (vec * itemsize) * vec
+    return (limits.smem_per_block - TUNING.block_scratch) // (vec * itemsize) * vec
 
 
 def cluster_held_cols(limits, itemsize, vec):
     """The longest row a cluster holds on chip under ``limits``: slices of
-    CLUSTER_BLOCKS_PER_SM blocks an SM on the largest cluster (longer rows spill)."""
-    from cusoftmax import _dispatch as d
+    cluster_blocks_per_sm blocks an SM on the largest cluster (longer rows spill)."""
+    from cusoftmax.planning import TUNING as t
+    from cusoftmax.planning.common import BLOCK_RESERVED
 
-    block = limits.smem_per_sm // d.CLUSTER_BLOCKS_PER_SM - d.BLOCK_RESERVED - d.BLOCK_SCRATCH
+    block = limits.smem_per_sm // t.cluster_blocks_per_sm - BLOCK_RESERVED - t.block_scratch
     return limits.max_cluster * (block // (vec * itemsize)) * vec
 
 
 def cluster_policy_cols(limits, itemsize, vec):
     """The longest row the policy sends to a cluster under ``limits`` (a forced cluster takes
-    any): each block's spill at most CLUSTER_SPILL_MAX times the packs it holds."""
-    from cusoftmax import _dispatch as d
+    any): each block's spill at most cluster_spill_max times the packs it holds."""
+    from cusoftmax.planning import TUNING
 
     held = cluster_held_cols(limits, itemsize, vec) // (limits.max_cluster * vec)
-    return limits.max_cluster * math.floor(held * (1 + d.CLUSTER_SPILL_MAX)) * vec
+    return limits.max_cluster * math.floor(held * (1 + TUNING.cluster_spill_max)) * vec
 
 
 def to_host(a) -> np.ndarray:

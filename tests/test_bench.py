@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cusoftmax import _dispatch, bench
+from cusoftmax import bench, planning
 
 
 def test_default_sweep_covers_every_dtype_on_both_axes():
@@ -26,21 +26,24 @@ def test_options_cut_the_sweep():
     assert cases == [("float16", (2**21, 32), -1), ("float16", (2**20, 64), -1)]
 
 
-def test_bench_variant_sets_constants_by_their_type(monkeypatch):
-    """tools/bench_variant.py: numbers by their type, tuple and dict tables as literals of theirs."""
+def test_bench_variant_builds_a_tuning_by_field_type():
+    """tools/bench_variant.py: numbers by their type, tuple and dict tables as literals of theirs;
+    the default tuning is left as it is."""
     path = Path(__file__).resolve().parent.parent / "tools" / "bench_variant.py"
     spec = importlib.util.spec_from_file_location("bench_variant", path)
-    variant = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(variant)
-    names = ("REGISTERS_SHORT_SPAN_MIN_BYTES", "BLOCK_THREADS", "REGISTERS_WIDE_SPAN_MAX_BYTES")
-    for name in names:  # put back after the test
-        monkeypatch.setattr(_dispatch, name, getattr(_dispatch, name))
-    variant.apply(["REGISTERS_SHORT_SPAN_MIN_BYTES=512", "BLOCK_THREADS=((16384, 128), (1e30, 1024))",
-                   "REGISTERS_WIDE_SPAN_MAX_BYTES={2: 2048, 4: 20480}"])
-    assert _dispatch.REGISTERS_SHORT_SPAN_MIN_BYTES == 512
-    assert _dispatch.BLOCK_THREADS == ((16384, 128), (1e30, 1024))
-    assert _dispatch.REGISTERS_WIDE_SPAN_MAX_BYTES == {2: 2048, 4: 20480}
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    before = planning.TUNING
+    got = tool.variant(["registers_short_span_min_bytes=512", "block_threads=((16384, 128), (1e30, 1024))",
+                        "registers_wide_span_max_bytes={2: 2048, 4: 20480}", "cluster_spill_max=0.25"])
+    assert got.registers_short_span_min_bytes == 512
+    assert got.block_threads == ((16384, 128), (1e30, 1024))
+    assert got.registers_wide_span_max_bytes == {2: 2048, 4: 20480}
+    assert isinstance(got.registers_wide_span_max_bytes, planning.BySize) and hash(got)
+    assert got.cluster_spill_max == 0.25 and got.warp_waves == before.warp_waves
+    assert planning.TUNING is before and planning.active() is before
+    assert planning.TUNING.registers_short_span_min_bytes == 1024
     with pytest.raises(SystemExit, match="is a dict"):
-        variant.apply(["REGISTERS_WIDE_SPAN_MAX_BYTES=(2048, 20480)"])
-    with pytest.raises(SystemExit, match="no constant"):
-        variant.apply(["NO_SUCH_CONSTANT=1"])
+        tool.variant(["registers_wide_span_max_bytes=(2048, 20480)"])
+    with pytest.raises(SystemExit, match="no field"):
+        tool.variant(["NO_SUCH_FIELD=1"])

@@ -6,7 +6,7 @@ Runs without a GPU: NVRTC needs no device. Skips only where NVRTC itself is miss
 import numpy as np
 import pytest
 
-from cusoftmax import _dispatch, _kernels
+from cusoftmax import _kernels, planning
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 nvrtc = cupy.cuda.nvrtc
@@ -23,7 +23,7 @@ def _include_dir():
 def _expressions(filename, arch):
     for dtype_name in _kernels.C_TYPES:
         itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
-        for kernel, template in _dispatch.templates(itemsize, clusters=arch >= "90"):
+        for kernel, template in planning.templates(itemsize, clusters=arch >= "90"):
             if _kernels.FILES[kernel] == filename:
                 yield _kernels.name_expression(kernel, dtype_name, template)
 
@@ -36,7 +36,7 @@ def _compiles(text, filename, exprs, arch, extra=()):
     except Exception as e:
         pytest.skip(f"NVRTC is not loadable: {e}")
     assert exprs
-    options = ("-std=c++17", f"-arch=sm_{arch}", f"-I{_include_dir()}",
+    options = (*_kernels.options(), f"-arch=sm_{arch}", f"-I{_include_dir()}",
                "--device-as-default-execution-space", *extra)
     prog = nvrtc.createProgram(text, filename, (), ())
     try:

@@ -1,19 +1,29 @@
 """The dispatch policy against stated device limits (no GPU needed)."""
 
+import dataclasses
 import math
 
 import pytest
 
-from cusoftmax import _dispatch as d
+from cusoftmax import planning as d
 from cusoftmax._layout import Layout
+from cusoftmax.planning import TUNING as t
+from cusoftmax.planning import cluster, grid, slab
+from cusoftmax.planning.common import BLOCK_RESERVED, MAX_BLOCKS_PER_SM, MAX_GRID, group_size, threads_for
+from cusoftmax.planning.online import ONLINE_STATIC_BYTES
 from _support import block_max_cols, cluster_held_cols, cluster_policy_cols
 
 H200 = d.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0), smem_per_sm=233472)
 A100 = d.Limits(sm_count=108, smem_per_block=166912, capability=(8, 0), smem_per_sm=167936)
 
 
-def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None):
-    return d.plan_rows(rows, cols, itemsize, vec or 16 // itemsize, limits, method)
+def rows_plan(cols, itemsize=4, vec=None, limits=H200, rows=1000, method=None, tuning=None):
+    """Rows in packs of `vec` (x starts `vec` elements off 16 bytes, y on them: unlike, so no
+    spans), apart by a multiple of 16 elements (not back to back)."""
+    vec = vec or 16 // itemsize
+    ld = (cols // 16 + 1) * 16
+    layout = Layout(rows, cols, 1, (ld, 1), (ld, 1))
+    return d.plan(layout, itemsize, (vec * itemsize % 16, 0), limits, method, tuning)
 
 
 @pytest.mark.parametrize("limits", [H200, A100])
@@ -22,11 +32,11 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     vec = 16 // itemsize
     top = block_max_cols(limits, itemsize, vec)
     assert top * itemsize <= limits.smem_per_block
-    between = d.CLUSTER_MIN_BYTES // itemsize  # the longest row a block takes on sm_90
+    between = t.cluster_min_bytes // itemsize  # the longest row a block takes on sm_90
     past_block = "cluster" if limits.clusters else "online"
-    reg_top = max(d.REGISTERS_MAX_COLS, d.REGISTERS_MAX_BYTES // itemsize)
-    tiles_top = d.TILES_MAX_BYTES // itemsize
-    wide_top = d.REGISTERS_WIDE_MAX_BYTES // itemsize  # wide rows of 16-byte packs
+    reg_top = max(t.registers_max_cols, t.registers_max_bytes // itemsize)
+    tiles_top = t.tiles_max_bytes // itemsize
+    wide_top = t.registers_wide_max_bytes // itemsize  # wide rows of 16-byte packs
     cases = [
         (1, "registers"), (2, "registers"), (3, "registers"), (reg_top - 1, "registers"),
         (reg_top, "registers"), (max(reg_top, tiles_top, wide_top) + 1, "block"),
@@ -37,18 +47,18 @@ def test_thresholds_come_from_the_device(limits, itemsize):
         # Past the short rows, wide rows when an SM's blocks hold enough bytes of rows: float32
         # from the first (64 lanes, 32 blocks an SM); half types from 1268 elements (96 lanes,
         # 21 blocks an SM) to 1536, then from 1664 (128 lanes, 16 blocks).
-        assert d.REGISTERS_WIDE_MIN_RESIDENT_BYTES == 52 * 1024 and d.MAX_BLOCKS_PER_SM == 32
+        assert t.registers_wide_min_resident_bytes == 52 * 1024 and MAX_BLOCKS_PER_SM == 32
         wide = {4: [(513, True)], 2: [(1025, False), (1267, False), (1268, True), (1536, True),
                                       (1537, False), (1663, False), (1664, True)]}[itemsize]
         cases += [(cols, "registers" if w else "tiles") for cols, w in wide]
         # Rows of narrower packs: up to REGISTERS_WIDE_NARROW_VEC elements a pack, wide rows to
         # REGISTERS_WIDE_NARROW_MAX_COLS; wider packs as before (tiles, then block at 4 KiB).
-        top_n = d.REGISTERS_WIDE_NARROW_MAX_COLS
+        top_n = t.registers_wide_narrow_max_cols
         for narrow in range(1, vec):
             if narrow & (narrow - 1):
                 continue
             expect = [("registers", "registers", "block"), ("tiles", "block", "block")][
-                narrow > d.REGISTERS_WIDE_NARROW_VEC]
+                narrow > t.registers_wide_narrow_vec]
             got = tuple(rows_plan(c, itemsize, narrow, limits).method for c in (reg_top + 1, top_n, top_n + 1))
             assert got == expect, (itemsize, narrow, got)
     else:
@@ -60,17 +70,17 @@ def test_thresholds_come_from_the_device(limits, itemsize):
                   (htop, "cluster"), (htop + 1, "cluster"), (ctop - 1, "cluster"),
                   (ctop, "cluster")]
         # Past the cluster: float32 rows of up to GRID_MAX_ROW_BYTES spread over the GPU.
-        spread = "grid" if itemsize == d.GRID_ITEMSIZE else "online"
-        gtop = d.GRID_MAX_ROW_BYTES // itemsize
+        spread = "grid" if itemsize == t.grid_itemsize else "online"
+        gtop = t.grid_max_row_bytes // itemsize
         cases += [(ctop + 1, spread), (gtop, spread), (gtop + 1, "online")]
         # Held on chip up to htop; past it each block spills the rest of its slice.
-        assert rows_plan(htop, itemsize, vec, limits).launch.kernel == "softmax_cluster"
+        assert rows_plan(htop, itemsize, vec, limits).kernel == "cluster"
         # Forced, a cluster takes rows up to spills of 2**31 elements a block.
         for cols in (htop + 1, ctop, ctop + 1, 2**31 + 7, 2**34):
             p = rows_plan(cols, itemsize, vec, limits, method="cluster")
-            assert p.method == "cluster" and p.launch.kernel == "softmax_spill"
-            assert p.launch.template == (vec, limits.max_cluster)
-            assert p.held * limits.max_cluster * vec < cols and p.launch.block == d.SPILL_THREADS
+            assert p.method == "cluster" and p.kernel == "spill"
+            assert p.template == (vec, limits.max_cluster)
+            assert p.held * limits.max_cluster * vec < cols and p.block == t.spill_threads
         with pytest.raises(ValueError, match="2\\*\\*31"):
             rows_plan(2**36, itemsize, vec, limits, method="cluster")
     else:
@@ -78,13 +88,12 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     for cols, method in cases:
         p = rows_plan(cols, itemsize, vec, limits)
         assert p.method == method, (cols, p)
-        launch = p.launch
-        assert (launch.kernel, launch.template) in set(d.templates(itemsize))
-        assert 0 < launch.grid <= d.MAX_GRID and launch.block % 32 == 0
-        assert launch.smem <= limits.smem_per_block
+        assert (p.kernel, p.template) in set(d.templates(itemsize))
+        assert 0 < p.grid <= MAX_GRID and p.block % 32 == 0
+        assert p.smem <= limits.smem_per_block
         if method == "cluster":
-            size = p.launch.template[1]
-            assert size in d.CLUSTER_SIZES and p.launch.grid % size == 0
+            size = p.template[1]
+            assert size in t.cluster_sizes and p.grid % size == 0
 
 
 def test_threads_by_bytes_held():
@@ -93,16 +102,16 @@ def test_threads_by_bytes_held():
     SLAB_MIN_THREADS, whatever the table gives its slices."""
     for cols, threads in ((2048, 64), (2049, 128), (4096, 128), (8192, 256), (16384, 512), (32768, 1024)):
         p = rows_plan(cols, 4, 4, limits=A100)  # no clusters: the block kernel up to its limit
-        assert (p.method, p.launch.block) == ("block", threads), (cols, p)
+        assert (p.method, p.block) == ("block", threads), (cols, p)
     for cols, threads in ((1024, 64), (2048, 128), (4096, 128), (8192, 256), (16384, 1024)):
         p = rows_plan(cols, 8, 2, limits=A100)  # float64: BLOCK_THREADS_FLOAT64
-        assert (p.method, p.launch.block) == ("block", threads), (cols, p)
+        assert (p.method, p.block) == ("block", threads), (cols, p)
     p = rows_plan(65536, 8, 2)  # a float64 cluster row: 16 slices of 32 KiB
-    assert (p.method, p.launch.template[1], p.launch.block) == ("cluster", 16, 128), p
+    assert (p.method, p.template[1], p.block) == ("cluster", 16, 128), p
     small = d.plan(Layout(1, 100, 64, (0, 64), (0, 64)), 4, (0, 0), H200)  # axis 0 of 100 x 64
-    size = small.launch.template[1]
-    assert small.method == "slab" and d._threads_for(d._slab_slice_bytes(100, small.width, 4, 4, size), 4) == 64
-    assert small.launch.block == d.SLAB_MIN_THREADS
+    size = small.template[1]
+    assert small.method == "slab" and threads_for(slab.slice_bytes(100, small.width, 4, 4, size), 4, t) == 64
+    assert small.block == t.slab_min_threads
 
 
 def test_block_limit_tracks_the_device():
@@ -116,16 +125,16 @@ def test_block_limit_tracks_the_device():
 def test_cluster_size_is_the_smallest_with_small_slices():
     for cols in (16385, 32768, 65536, 131072, 262144, 400000, 600000):
         p = rows_plan(cols, method="cluster")
-        size, slice_bytes = p.launch.template[1], p.launch.smem - d.BLOCK_SCRATCH
-        smaller = [s for s in d.CLUSTER_SIZES if s < size]
-        ladder = (*d.CLUSTER_SLICE_BYTES, d._shared_slice_bytes(H200))  # then two blocks an SM
+        size, slice_bytes = p.template[1], p.smem - t.block_scratch
+        smaller = [s for s in t.cluster_sizes if s < size]
+        ladder = (*t.cluster_slice_bytes, cluster.shared_slice_bytes(H200, t))  # then two blocks an SM
         small = [b for b in ladder if math.ceil(cols / H200.max_cluster) * 4 <= b]
         if not small:  # none holds it with two blocks an SM: the largest size, spilling
-            assert p.launch.kernel == "softmax_spill" and slice_bytes == p.held * 16
-            assert p.launch.template == (4, H200.max_cluster)
+            assert p.kernel == "spill" and slice_bytes == p.held * 16
+            assert p.template == (4, H200.max_cluster)
             assert slice_bytes * size < cols * 4
         else:  # the smallest size under the first limit that some size meets
-            assert slice_bytes * size >= cols * 4 and p.launch.kernel == "softmax_cluster"
+            assert slice_bytes * size >= cols * 4 and p.kernel == "cluster"
             assert slice_bytes <= small[0]
             assert all(math.ceil(cols / s) * 4 > small[0] for s in smaller)
     with pytest.raises(ValueError, match="cluster"):
@@ -134,75 +143,78 @@ def test_cluster_size_is_the_smallest_with_small_slices():
 
 def test_tiles_shape():
     p = rows_plan(32, 2, 8, method="tiles")  # 4 packs: 4 lanes, 8 groups per warp, 8 rows each
-    assert (p.width, p.launch.template) == (4, (8, 8))
-    assert p.launch.smem == d.TILES_BLOCK // 32 * d.TILES_WARP_BYTES
+    assert (p.lanes, p.template) == (4, (8, 8))
+    assert p.smem == t.tiles_block // 32 * t.tiles_warp_bytes
     p = rows_plan(1024, 2, 8, method="tiles")  # 2 KiB rows: 2 per warp
-    assert (p.method, p.width, p.launch.template) == ("tiles", 32, (8, 2))
+    assert (p.method, p.lanes, p.template) == ("tiles", 32, (8, 2))
     p = rows_plan(3000, 4, 1, method="tiles")  # one row per warp beyond TILES_WARP_BYTES
-    assert p.launch.template == (1, 1) and p.launch.smem == 4 * 3000 * 4
+    assert p.template == (1, 1) and p.smem == 4 * 3000 * 4
     with pytest.raises(ValueError, match="tiles"):
         rows_plan(20000, 4, 4, method="tiles")
 
 
-def test_grid_constants_are_read_at_each_plan(monkeypatch):
-    """tools/bench_variant.py sets the policy's constants after import: the looped grids must
-    follow WARP_WAVES and REGISTERS_FLOAT32_WAVES as they are when a plan is made."""
-    residency = H200.sm_count * (2048 // d.WARP_BLOCK)
-    monkeypatch.setattr(d, "WARP_WAVES", 3)
-    monkeypatch.setattr(d, "REGISTERS_FLOAT32_WAVES", 5)
-    assert rows_plan(32, 2, 8, rows=2**30).launch.grid == residency * 3  # registers, half type
-    assert rows_plan(32, 4, 4, rows=2**30).launch.grid == residency * 5  # registers, float32
-    tiles = rows_plan(600, 4, 4, rows=2**30, method="tiles").launch
+def test_grid_follows_the_tuning_it_is_given():
+    """A Tuning variant, passed in or made active by planning.use, sets the looped grids: the
+    half-type and tiles grids by warp_waves, float32's short rows by registers_float32_waves."""
+    residency = H200.sm_count * (2048 // t.warp_block)
+    variant = dataclasses.replace(t, warp_waves=3, registers_float32_waves=5)
+    assert rows_plan(32, 2, 8, rows=2**30, tuning=variant).grid == residency * 3  # registers, half type
+    assert rows_plan(32, 4, 4, rows=2**30, tuning=variant).grid == residency * 5  # registers, float32
+    tiles = rows_plan(600, 4, 4, rows=2**30, method="tiles", tuning=variant)
     assert tiles.grid == H200.sm_count * (2048 // tiles.block) * 3
+    with d.use(variant):
+        assert d.active() is variant
+        assert rows_plan(32, 2, 8, rows=2**30).grid == residency * 3
+    assert d.active() is t and rows_plan(32, 2, 8, rows=2**30).grid == residency * t.warp_waves
 
 
 def test_registers_shape():
-    assert d.WARP_LANE_VALUES == 16
+    assert t.warp_lane_values == 16
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
-    assert (p.width, p.launch.template) == (8, (4, 1, 4, 8))
+    assert (p.lanes, p.template) == (8, (4, 1, 4, 8))
     p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, two rows per group hold 16 values a lane
-    assert (p.width, p.launch.template) == (4, (8, 1, 2, 4))
+    assert (p.lanes, p.template) == (4, (8, 1, 2, 4))
     p = rows_plan(256, 4, 4)  # 2 packs per lane: 8 values per lane, two rows per group
-    assert (p.width, p.launch.template) == (32, (4, 2, 2, 32))
+    assert (p.lanes, p.template) == (32, (4, 2, 2, 32))
     p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
-    assert (p.width, p.launch.template) == (32, (1, 1, d.WARP_MAX_ROWS, 32))
+    assert (p.lanes, p.template) == (32, (1, 1, t.warp_max_rows, 32))
     # float64 rows of one pack a lane: two rows per group (4 values a lane); of more packs, as
     # the other types (rows of 128: 2 packs a lane, four rows per group, 16 values)
-    assert d.WARP_LANE_VALUES_FLOAT64_ONE_PACK == 4
+    assert t.warp_lane_values_float64_one_pack == 4
     for cols, lanes in ((2, 1), (10, 8), (32, 16), (64, 32)):
         p = rows_plan(cols, 8, 2)
-        assert (p.width, p.launch.template) == (lanes, (2, 1, 2, lanes)), (cols, p)
-    assert rows_plan(32, 8, 1).launch.template == (1, 1, 4, 32)  # scalar packs: 4 values a lane
-    assert rows_plan(128, 8, 2).launch.template == (2, 2, 4, 32)
+        assert (p.lanes, p.template) == (lanes, (2, 1, 2, lanes)), (cols, p)
+    assert rows_plan(32, 8, 1).template == (1, 1, 4, 32)  # scalar packs: 4 values a lane
+    assert rows_plan(128, 8, 2).template == (2, 2, 4, 32)
     p = rows_plan(512, 4, 1, method="registers")  # 512 scalars: 32 lanes, 16 per lane
-    assert (p.width, p.launch.template) == (32, (1, 16, 1, 32))
+    assert (p.lanes, p.template) == (32, (1, 16, 1, 32))
     p = rows_plan(1024, 2, 8, method="registers")  # 2 KiB of bfloat16: a warp, 32 values a lane
-    assert (p.width, p.launch.template) == (32, (8, 4, 1, 32))
+    assert (p.lanes, p.template) == (32, (8, 4, 1, 32))
     # short rows loop over rows on a grid of full residencies: float32 rows of 16-byte packs
     # REGISTERS_FLOAT32_WAVES of them, other rows WARP_WAVES
-    residency = H200.sm_count * (2048 // d.WARP_BLOCK)
+    residency = H200.sm_count * (2048 // t.warp_block)
     big = rows_plan(32, 4, 4, rows=2**30)
-    assert big.launch.grid == residency * d.REGISTERS_FLOAT32_WAVES
+    assert big.grid == residency * t.registers_float32_waves
     for itemsize, vec in ((2, 8), (4, 2), (8, 2)):
-        assert rows_plan(32, itemsize, vec, rows=2**30).launch.grid == residency * d.WARP_WAVES
+        assert rows_plan(32, itemsize, vec, rows=2**30).grid == residency * t.warp_waves
     # short rows: blocks within the kernel's __launch_bounds__ (a larger block fails to launch)
-    assert big.launch.block == d.WARP_BLOCK <= d.REGISTERS_SHORT_THREADS
+    assert big.block == t.warp_block <= t.registers_short_threads
     # wide rows (past the short rows): 16 values per lane, whole warps, a row a block, a block a
     # row, up to 1024 lanes
-    assert d.REGISTERS_WIDE_VALUES == 16
+    assert t.registers_wide_values == 16
     p = rows_plan(5000, 2, 8, method="registers")  # 625 packs, 2 a lane: 313 lanes, 10 warps
-    assert (p.width, p.launch.template, p.launch.block) == (320, (8, 2, 0, 0), 320)
+    assert (p.lanes, p.template, p.block) == (320, (8, 2, 0, 0), 320)
     p = rows_plan(1025, 4, 4, method="registers")  # 257 packs, 4 a lane: 65 lanes, 3 warps
-    assert (p.width, p.launch.template, p.launch.block) == (96, (4, 4, 0, 0), 96)
+    assert (p.lanes, p.template, p.block) == (96, (4, 4, 0, 0), 96)
     p = rows_plan(517, 4, 1, method="registers")  # 517 scalars, 16 a lane: 33 lanes, 2 warps
-    assert (p.width, p.launch.template, p.launch.block) == (64, (1, 16, 0, 0), 64)
+    assert (p.lanes, p.template, p.block) == (64, (1, 16, 0, 0), 64)
     p = rows_plan(1024, 4, 4, rows=2**30)  # the policy's: 4 KiB of float32 in 16-byte packs
-    assert (p.method, p.width, p.launch.template) == ("registers", 64, (4, 4, 0, 0))
-    assert (p.launch.block, p.launch.grid) == (64, 2**30)
-    assert rows_plan(2048, 2, 8).launch.block == 128  # 4 KiB of bfloat16
-    assert rows_plan(1024, 4, 4, rows=2**32).launch.grid == d.MAX_GRID  # blocks loop past it
-    top = d.REGISTERS_MAX_LANES * d.REGISTERS_WIDE_VALUES
-    assert rows_plan(top, 8, 2, method="registers").width == d.REGISTERS_MAX_LANES
+    assert (p.method, p.lanes, p.template) == ("registers", 64, (4, 4, 0, 0))
+    assert (p.block, p.grid) == (64, 2**30)
+    assert rows_plan(2048, 2, 8).block == 128  # 4 KiB of bfloat16
+    assert rows_plan(1024, 4, 4, rows=2**32).grid == MAX_GRID  # blocks loop past it
+    top = t.registers_max_lanes * t.registers_wide_values
+    assert rows_plan(top, 8, 2, method="registers").lanes == t.registers_max_lanes
     with pytest.raises(ValueError, match="registers"):
         rows_plan(top + 1, 8, 2, method="registers")
 
@@ -213,9 +225,9 @@ def test_online_chunks_do_not_depend_on_the_batch():
     p = plans[0]
     assert p.chunk % p.vec == 0 and p.chunk * p.chunks >= 10**6 > p.chunk * (p.chunks - 1)
     huge = rows_plan(2**33, rows=3)
-    assert huge.chunks == d.ONLINE_MAX_CHUNKS and huge.per_group == 1 and huge.lines == 3
-    assert rows_plan(2**24).chunk == d.ONLINE_MIN_CHUNK_BYTES // 4
-    assert rows_plan(2**24, 2).chunk == d.ONLINE_MIN_CHUNK_BYTES // 2  # the same bytes
+    assert huge.chunks == t.online_max_chunks and huge.per_group == 1 and huge.lines == 3
+    assert rows_plan(2**24).chunk == t.online_min_chunk_bytes // 4
+    assert rows_plan(2**24, 2).chunk == t.online_min_chunk_bytes // 2  # the same bytes
     assert rows_plan(2**27).chunk == 2**17
 
 
@@ -225,26 +237,26 @@ def test_two_pass_groups_spare_a_short_last_group(lines):
         return math.ceil(lines / n) * n - lines
 
     for fewest in range(1, lines + 1):
-        n = d._group_size(lines, fewest)
+        n = group_size(lines, fewest)
         sizes = range(fewest, min(lines, 2 * fewest) + 1)
         assert n in sizes and short(n) == min(map(short, sizes))
         assert all(short(k) > short(n) for k in range(fewest, n))  # the smallest such
-    assert d._group_size(32, 7) == 8 and d._group_size(10, 3) == 5 and d._group_size(32, 3) == 4
-    assert d._group_size(61, 2) == 2 and d._group_size(13, 7) == 13 and d._group_size(16, 4) == 4
+    assert group_size(32, 7) == 8 and group_size(10, 3) == 5 and group_size(32, 3) == 4
+    assert group_size(61, 2) == 2 and group_size(13, 7) == 13 and group_size(16, 4) == 4
 
 
 def test_two_pass_groups_and_launch_size_from_the_device():
-    resident = H200.sm_count * d.ONLINE_BLOCKS_PER_SM[4]
-    p = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, rows=1000, method="online")  # 4 chunks per row
-    assert p.chunks == 4 and p.launch.grid == resident
-    half = rows_plan(d.ONLINE_MIN_CHUNK_BYTES, 2, rows=1000, method="online")  # 3 blocks an SM
-    assert half.launch.grid == H200.sm_count * d.ONLINE_BLOCKS_PER_SM[2] > resident
-    assert p.per_group == d._group_size(1000, math.ceil(d.ONLINE_GROUP_WAVES * resident / 4))
+    resident = H200.sm_count * t.online_blocks_per_sm[4]
+    p = rows_plan(t.online_min_chunk_bytes, rows=1000, method="online")  # 4 chunks per row
+    assert p.chunks == 4 and p.grid == resident
+    half = rows_plan(t.online_min_chunk_bytes, 2, rows=1000, method="online")  # 3 blocks an SM
+    assert half.grid == H200.sm_count * t.online_blocks_per_sm[2] > resident
+    assert p.per_group == group_size(1000, math.ceil(t.online_group_waves * resident / 4))
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
-    assert few.per_group == 1 and few.launch.grid == min(resident, 2 * few.chunks)
+    assert few.per_group == 1 and few.grid == min(resident, 2 * few.chunks)
     short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
-    assert (short.per_group, short.chunks, short.launch.grid) == (3, 1, 6)
-    nbytes, zeroed = d.workspace_bytes(p)
+    assert (short.per_group, short.chunks, short.grid) == (3, 1, 6)
+    nbytes, zeroed = p.workspace()
     head = 8 + 4 * 1000  # the ticket and the counts; online zeroes the statistics too
     assert zeroed == head + 16 * 1000 and nbytes == head + 16 * 1000 * (1 + p.chunks) + 4 * 1000 * p.chunks
 
@@ -255,37 +267,37 @@ def test_online_blocks_hold_what_their_shared_memory_leaves():
     for itemsize, cols in ((4, 2**24), (2, 2**21), (4, 10**6 + 1), (8, 2**22), (2, 3000)):
         vec = 16 // itemsize if cols % (16 // itemsize) == 0 else 1
         p = rows_plan(cols, itemsize, vec, rows=2, method="online")
-        per_sm = d.ONLINE_BLOCKS_PER_SM[itemsize]
-        assert p.held % (d.ONLINE_THREADS * p.vec) == 0 and 0 <= p.held <= p.chunk
-        assert p.launch.smem == p.held * itemsize
-        assert per_sm * (p.launch.smem + d.ONLINE_STATIC_BYTES + d.BLOCK_RESERVED) <= H200.smem_per_sm
-        assert (p.held > 0) == (itemsize in d.ONLINE_HOLDS)
+        per_sm = t.online_blocks_per_sm[itemsize]
+        assert p.held % (t.online_threads * p.vec) == 0 and 0 <= p.held <= p.chunk
+        assert p.smem == p.held * itemsize
+        assert per_sm * (p.smem + ONLINE_STATIC_BYTES + BLOCK_RESERVED) <= H200.smem_per_sm
+        assert (p.held > 0) == (itemsize in t.online_holds)
 
 
 @pytest.mark.parametrize("limits", [H200, A100])
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
 def test_grid_rows_fit_the_resident_blocks(limits, itemsize):
     vec = 16 // itemsize
-    per, smem, most = d.grid_shape(itemsize, vec, limits)
-    assert per * vec * itemsize == d.GRID_CHUNK_BYTES
-    assert smem == d.BLOCK_SCRATCH + (d.GRID_AHEAD + d.GRID_LAG) * d.GRID_CHUNK_BYTES
-    resident = most // (d.GRID_LAG + 1)
-    assert resident % limits.sm_count == 0 and resident * (smem + d.BLOCK_RESERVED) <= limits.smem_per_sm * limits.sm_count
+    per, smem, most = grid.shape(itemsize, vec, limits, t)
+    assert per * vec * itemsize == t.grid_chunk_bytes
+    assert smem == t.block_scratch + (t.grid_ahead + t.grid_lag) * t.grid_chunk_bytes
+    resident = most // (t.grid_lag + 1)
+    assert resident % limits.sm_count == 0 and resident * (smem + BLOCK_RESERVED) <= limits.smem_per_sm * limits.sm_count
     gtop = most * per * vec  # the longest row: GRID_LAG + 1 chunks in every resident block
     for cols in (1, 1000, 10**5, gtop - 1, gtop):
         p = rows_plan(cols, itemsize, vec, limits, rows=7, method="grid")
         assert p.chunk == per * vec and p.chunks == math.ceil(cols / p.chunk) <= most
-        assert p.launch.smem + d.GRID_STATIC_BYTES <= limits.smem_per_block
-        assert p.launch.grid == min(resident, 7 * p.chunks) and p.lines == 7
-        assert (p.ahead, p.lag, p.launch.block) == (d.GRID_AHEAD, d.GRID_LAG, d.GRID_THREADS)
+        assert p.smem + grid.GRID_STATIC_BYTES <= limits.smem_per_block
+        assert p.grid == min(resident, 7 * p.chunks) and p.lines == 7
+        assert (p.ahead, p.lag, p.block) == (t.grid_ahead, t.grid_lag, t.grid_threads)
     with pytest.raises(ValueError, match="grid"):
         rows_plan(gtop + 1, itemsize, vec, limits, method="grid")
 
 
 def test_grid_rows_in_the_policy():
     p = rows_plan(2**20, rows=64)  # float32 rows of 4 MiB: 128 chunks of 32 KiB
-    assert p.method == "grid" and p.chunks == 2**20 * 4 // d.GRID_CHUNK_BYTES
-    assert p.launch.grid == H200.sm_count * 3  # 3 blocks of 64 KiB and a little an SM
+    assert p.method == "grid" and p.chunks == 2**20 * 4 // t.grid_chunk_bytes
+    assert p.grid == H200.sm_count * 3  # 3 blocks of 64 KiB and a little an SM
     assert rows_plan(2**20 + 4, rows=64).method == "online"  # past GRID_MAX_ROW_BYTES
     assert rows_plan(2**21, 2).method == "online"  # bfloat16 rows of the same bytes
     assert rows_plan(2**20, limits=A100).method == "online"  # not measured without clusters
@@ -296,8 +308,8 @@ def test_grid_is_capped_for_huge_batches():
     for cols, method in ((2, "registers"), (5000, "registers"), (5000, "block"), (2, "online"),
                          (70000, "cluster")):
         p = rows_plan(cols, 4, 1, rows=2**40, method=method)
-        assert p.launch.grid <= d.MAX_GRID
-    assert rows_plan(8000, 4, 1, rows=2**40).launch.grid == d.MAX_GRID  # a block a row
+        assert p.grid <= MAX_GRID
+    assert rows_plan(8000, 4, 1, rows=2**40).grid == MAX_GRID  # a block a row
 
 
 @pytest.mark.parametrize(
@@ -326,15 +338,15 @@ def test_layout_policy():
     assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
     p = d.plan(wide, 4, (0, 0), A100)  # no clusters: the two-pass kernel
-    assert p.method == "columns" and p.vec == 4 and p.width * 4 == d.COLUMNS_STRIP_COLS
+    assert p.method == "columns" and p.vec == 4 and p.width * 4 == t.columns_strip_cols
     assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
-    assert p.lines == 16384 // (4 * p.width) and d.COLUMNS_THREADS % p.width == 0
-    resident = A100.sm_count * d.COLUMNS_BLOCKS_PER_SM
-    assert p.per_group == d._group_size(p.lines, min(p.lines, math.ceil(d.COLUMNS_GROUP_WAVES * resident / p.chunks)))
+    assert p.lines == 16384 // (4 * p.width) and t.columns_threads % p.width == 0
+    resident = A100.sm_count * t.columns_blocks_per_sm
+    assert p.per_group == group_size(p.lines, min(p.lines, math.ceil(t.columns_group_waves * resident / p.chunks)))
     few = d.plan(Layout(1, 4096, 20, (0, 20), (0, 20)), 2, (0, 0), H200, method="columns")
     assert (few.vec, few.width, few.lines) == (4, 8, 1)  # 5 packs: a strip of 8, 3 padding
-    assert d.plan(wide, 2, (0, 0), A100).vec == d.COLUMNS_MAX_VEC
-    narrow = Layout(1, 4096, d.COLUMNS_MIN_INNER - 1, (0, 31), (0, 31))
+    assert d.plan(wide, 2, (0, 0), A100).vec == t.columns_max_vec
+    narrow = Layout(1, 4096, t.columns_min_inner - 1, (0, 31), (0, 31))
     assert d.plan(narrow, 4, (0, 0), H200) is None  # transposing copy, then rows
     assert d.plan(narrow, 4, (0, 0), H200, method="columns").method == "columns"
     assert d.plan(None, 4, (0, 0), H200) is None
@@ -349,21 +361,21 @@ def test_slab_policy():
         return Layout(1, n, inner, (0, inner), (0, inner))
 
     p = d.plan(axis0(4096, 16384), 4, (0, 0), H200)
-    launch = p.launch
+    launch = p
     size, strip = launch.template[1], p.width * 16
-    assert p.method == "slab" and p.vec == 4 and strip == d.SLAB_STRIP_BYTES[0]
+    assert p.method == "slab" and p.vec == 4 and strip == t.slab_strip_bytes[0]
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
     assert launch.block % 32 == 0 and (launch.block // 32) & (launch.block // 32 - 1) == 0  # warps: 2**k
-    rows = max(size, d.SLAB_MAX_WARPS)  # pairs' rows of a round: the cluster's blocks or the warps
-    assert launch.smem == d.SLAB_SCRATCH + 16 * rows * (strip // 4) + math.ceil(4096 / size) * strip
-    assert math.ceil(4096 / size) * strip <= d.SLAB_SLICE_BYTES
-    assert size == d.CLUSTER_SIZES[0] or math.ceil(4096 / (size // 2)) * strip > d.SLAB_SLICE_BYTES
+    rows = max(size, t.slab_max_warps)  # pairs' rows of a round: the cluster's blocks or the warps
+    assert launch.smem == t.slab_scratch + 16 * rows * (strip // 4) + math.ceil(4096 / size) * strip
+    assert math.ceil(4096 / size) * strip <= t.slab_slice_bytes
+    assert size == t.cluster_sizes[0] or math.ceil(4096 / (size // 2)) * strip > t.slab_slice_bytes
     # Past small slices on 16 blocks of the first width: the last width.
     long = d.plan(axis0(16384, 4096), 4, (0, 0), H200)
-    assert (long.method, long.width * 16) == ("slab", d.SLAB_STRIP_BYTES[-1])
-    assert long.launch.block in (128, 256)
-    last = d.SLAB_STRIP_BYTES[-1]
-    room = H200.smem_per_block - d.SLAB_SCRATCH - 16 * max(H200.max_cluster, d.SLAB_MAX_WARPS) * (last // 4)
+    assert (long.method, long.width * 16) == ("slab", t.slab_strip_bytes[-1])
+    assert long.block in (128, 256)
+    last = t.slab_strip_bytes[-1]
+    room = H200.smem_per_block - t.slab_scratch - 16 * max(H200.max_cluster, t.slab_max_warps) * (last // 4)
     top = H200.max_cluster * (room // last)  # steps held
     assert d.plan(axis0(top, 4096), 4, (0, 0), H200).width * 16 == last
     assert d.plan(axis0(top + 1, 4096), 4, (0, 0), H200).method == "columns"
@@ -385,14 +397,14 @@ def test_columns_chunks_depend_on_the_axis_only():
              for o in (1, 9)]  # 70000 steps of a 64-byte strip: more than a cluster holds
     assert {p.method for p in plans} == {"columns"}
     assert {(p.chunk, p.chunks) for p in plans} == {(plans[0].chunk, plans[0].chunks)}
-    assert plans[0].chunks <= d.COLUMNS_MAX_CHUNKS and plans[0].chunk >= d.COLUMNS_MIN_CHUNK
+    assert plans[0].chunks <= t.columns_max_chunks and plans[0].chunk >= t.columns_min_chunk
 
 
 def test_templates_are_finite_and_cover_vector_widths():
     for itemsize in (2, 4, 8):
         t = list(d.templates(itemsize))
         assert len(t) == len(set(t))
-        vecs = {tp[0] for k, tp in t if tp and k != "softmax_flat"}  # flat: (E, W), 16-byte packs
+        vecs = {tp[0] for k, tp in t if tp and k != "flat"}  # flat: (E, W), 16-byte packs
         assert vecs == {1 << k for k in range(int(math.log2(16 // itemsize)) + 1)}
 
 
@@ -403,59 +415,59 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
     # float32 rows of 1001, contiguous (each row its own offset), y alike: wide rows in 16-byte
     # packs of spans of up to 1001 + 3 elements (251 packs, 4 a lane, 64 lanes)
     p = rows(1001, 1001, 1001)
-    assert (p.method, p.vec, p.width, p.launch.template) == ("registers", 4, 64, (4, 4, 0, 0))
+    assert (p.method, p.vec, p.lanes, p.template) == ("registers", 4, 64, (4, 4, 0, 0))
     # bfloat16 1025: 1032 elements of span, 129 packs, 2 a lane, 96 lanes
     p = rows(1025, 1025, 1025, itemsize=2)
-    assert (p.vec, p.width, p.launch.template, p.launch.block) == (8, 96, (8, 2, 0, 0), 96)
+    assert (p.vec, p.lanes, p.template, p.block) == (8, 96, (8, 2, 0, 0), 96)
     # short rows of more than REGISTERS_SHORT_SPAN_MIN_BYTES from packs of at most
     # REGISTERS_SHORT_SPAN_MAX_PACK bytes have a kernel of their own: float32 301, spans of up to
     # 304 elements (76 packs, 32 lanes of 4 packs); bfloat16 1001, 1008 (126 packs), also from
     # packs of 2 elements (1002)
     p = rows(301, 301, 301)
-    assert (p.method, p.vec, p.width) == ("registers", 4, 32)
-    assert (p.launch.kernel, p.launch.template) == ("softmax_short_spans", (4, 4, 1, 32))
+    assert (p.method, p.vec, p.lanes) == ("registers", 4, 32)
+    assert (p.kernel, p.template) == ("short_spans", (4, 4, 1, 32))
     for cols in (1001, 1002):
         p = rows(cols, cols, cols, itemsize=2)
-        assert (p.launch.kernel, p.launch.template) == ("softmax_short_spans", (8, 4, 1, 32))
+        assert (p.kernel, p.template) == ("short_spans", (8, 4, 1, 32))
     # rows of 8-byte packs (REGISTERS_SHORT_SPAN_MAX_SHORT_PACK) take their spans where these stay
     # short: float32 302 (305 of span), bfloat16 1012 (1019), not float32 510 or bfloat16 1020
     # (spans of 513 and 1027: wide rows); shorter rows keep their packs; float32 509's span (512)
     # is short
-    assert rows(302, 302, 302).launch.kernel == "softmax_short_spans"
-    assert rows(1012, 1012, 1012, itemsize=2).launch.kernel == "softmax_short_spans"
-    assert rows(256, 256, 256, 4, 4).launch.template == (1, 8, 2, 32)
-    assert rows(510, 510, 510).launch.template == (2, 8, 1, 32)
-    assert rows(1020, 1020, 1020, itemsize=2).launch.template == (4, 8, 1, 32)
-    assert rows(509, 509, 509).launch.kernel == "softmax_short_spans"
+    assert rows(302, 302, 302).kernel == "short_spans"
+    assert rows(1012, 1012, 1012, itemsize=2).kernel == "short_spans"
+    assert rows(256, 256, 256, 4, 4).template == (1, 8, 2, 32)
+    assert rows(510, 510, 510).template == (2, 8, 1, 32)
+    assert rows(1020, 1020, 1020, itemsize=2).template == (4, 8, 1, 32)
+    assert rows(509, 509, 509).kernel == "short_spans"
     # a short row whose span passes the short rows: wide rows of 96 lanes
     p = rows(1023, 1023, 1023, itemsize=2)
-    assert (p.launch.kernel, p.launch.template, p.width) == ("softmax_registers", (8, 2, 0, 0), 96)
+    assert (p.kernel, p.template, p.lanes) == ("registers", (8, 2, 0, 0), 96)
     # not alike: the registers kernel in packs of what the rows allow
     p = rows(301, 302, 301, 4, 0)
-    assert (p.launch.kernel, p.launch.template) == ("softmax_registers", (1, 16, 1, 32))
+    assert (p.kernel, p.template) == ("registers", (1, 16, 1, 32))
     # views at the same offset from 16-byte boundaries, row strides 16 bytes apart: alike
     assert rows(1001, 1009, 1013, 4, 20).vec == 4
     # not alike: x one element in, y fresh; row strides 4 bytes apart: packs of one element
-    assert rows(1001, 1002, 1001, 4, 0).launch.template == (1, 16, 0, 0)
-    assert rows(1001, 1002, 1001).launch.template == (1, 16, 0, 0)
+    assert rows(1001, 1002, 1001, 4, 0).template == (1, 16, 0, 0)
+    assert rows(1001, 1002, 1001).template == (1, 16, 0, 0)
     # past REGISTERS_WIDE_SPAN_MAX_BYTES, the block kernel in 16-byte packs, its shared memory
     # sized for cols + vec - 1
-    top = {isz: b // isz for isz, b in d.REGISTERS_WIDE_SPAN_MAX_BYTES.items()}
-    assert rows(top[4] - 1, top[4] - 1, top[4] - 1).launch.template == (4, 4, 0, 0)
-    assert rows(top[2] - 1, top[2] - 1, top[2] - 1, itemsize=2).launch.template == (8, 2, 0, 0)
+    top = {isz: b // isz for isz, b in t.registers_wide_span_max_bytes.items()}
+    assert rows(top[4] - 1, top[4] - 1, top[4] - 1).template == (4, 4, 0, 0)
+    assert rows(top[2] - 1, top[2] - 1, top[2] - 1, itemsize=2).template == (8, 2, 0, 0)
     p = rows(top[2] + 1, top[2] + 1, top[2] + 1, itemsize=2)
-    assert (p.method, p.vec, p.launch.smem) == ("block", 8, d.BLOCK_SCRATCH + math.ceil((top[2] + 8) / 8) * 16)
+    assert (p.method, p.vec, p.smem) == ("block", 8, t.block_scratch + math.ceil((top[2] + 8) / 8) * 16)
     p = rows(top[4] + 1, top[4] + 1, top[4] + 1)
-    assert (p.method, p.vec, p.launch.smem) == ("block", 4, d.BLOCK_SCRATCH + math.ceil((top[4] + 4) / 4) * 16)
+    assert (p.method, p.vec, p.smem) == ("block", 4, t.block_scratch + math.ceil((top[4] + 4) / 4) * 16)
     # clusters alike: slices of 50260 elements' packs; float64 rows in 2-element packs
     p = rows(50257, 50257, 50257)
-    assert (p.method, p.vec, p.launch.template) == ("cluster", 4, (4, 8))
-    assert p.launch.smem == d.BLOCK_SCRATCH + math.ceil(12565 / 8) * 16
+    assert (p.method, p.vec, p.template) == ("cluster", 4, (4, 8))
+    assert p.smem == t.block_scratch + math.ceil(12565 / 8) * 16
     assert rows(9001, 9001, 9001, itemsize=8).vec == 2
     # a spilling cluster
     cols = cluster_held_cols(H200, 2, 8) * 3 // 2 + 1
     p = rows(cols, cols, cols, itemsize=2, method="cluster")
-    assert (p.launch.kernel, p.vec) == ("softmax_spill", 8)
+    assert (p.kernel, p.vec) == ("spill", 8)
     # the grid and online kernels keep the rows' packs
     assert rows(2**20 + 1, 2**20 + 1, 2**20 + 1).vec == 1
     # a forced block whose span does not fit the block's shared memory, though the row would
@@ -464,7 +476,7 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
     with pytest.raises(ValueError, match="method='block'"):
         rows(block_top - 1, block_top - 1, block_top - 1, method="block")
     # wide rows whose span passes the registers kernel's lanes keep their packs
-    assert rows(16383, 16383, 16383, method="registers").launch.template == (1, 16, 0, 0)
+    assert rows(16383, 16383, 16383, method="registers").template == (1, 16, 0, 0)
 
 
 def test_flat_rows():
@@ -479,12 +491,12 @@ def test_flat_rows():
     for cols, isz, shape in ((3, 2, (3, 1)), (17, 2, (5, 4)), (33, 2, (5, 8)), (65, 2, (5, 16)),
                              (129, 2, (5, 32)), (501, 2, (16, 32)), (3, 4, (3, 1)), (65, 4, (5, 16))):
         p = rows(cols, isz)
-        assert (p.method, p.launch.kernel, p.launch.template, p.vec) == ("flat", "softmax_flat", shape, 16 // isz)
-        assert p.per_group % (32 // shape[1]) == 0 and p.per_group * cols * isz <= d.FLAT_WARP_BYTES
-        assert p.launch.smem == 4 * ((p.per_group * cols + 2 * (16 // isz) - 2) // (16 // isz)) * 16
-    assert rows(1, 2).launch.template == (1, 1) and rows(1, 2).per_group % 32 == 0
+        assert (p.method, p.kernel, p.template, p.vec) == ("flat", "flat", shape, 16 // isz)
+        assert p.run % (32 // shape[1]) == 0 and p.run * cols * isz <= t.flat_warp_bytes
+        assert p.smem == 4 * ((p.run * cols + 2 * (16 // isz) - 2) // (16 // isz)) * 16
+    assert rows(1, 2).template == (1, 1) and rows(1, 2).run % 32 == 0
     # past FLAT_MAX_BYTES, aligned rows, float64, rows apart, x unlike y: other kernels
-    assert rows(641, 2).launch.template == (21, 32)
+    assert rows(641, 2).template == (21, 32)
     assert rows(777, 2).method == rows(81, 4).method == "registers"
     assert rows(128, 2).method == rows(64, 4).method == "registers"  # 16-byte rows
     assert rows(3, 8).method == "registers"
@@ -494,10 +506,81 @@ def test_flat_rows():
     assert rows(129, 2, ldx=136, ldy=129).method == "registers"
     # forced: any length up to FLAT_MAX_COLS and any type where the rows lie back to back (a
     # single row too); elsewhere None (the caller copies); longer rows name the limit
-    assert rows(1024, 4, method="flat").launch.template == (32, 32)
-    assert rows(3, 8, method="flat").launch.template == (3, 1)
+    assert rows(1024, 4, method="flat").template == (32, 32)
+    assert rows(3, 8, method="flat").template == (3, 1)
     assert rows(129, 2, n=1, ldx=0, ldy=0, method="flat").method == "flat"
     assert rows(129, 2, ldx=130, ldy=130, method="flat") is None
     assert rows(129, 2, xa=2, method="flat") is None
     with pytest.raises(ValueError, match="1024 elements"):
         rows(1025, 2, method="flat")
+
+
+def test_the_table_names_every_method():
+    assert [e.family.__name__.rpartition(".")[2] for e in d.ORDER] == [
+        "slab", "columns", "flat", "registers", "tiles", "block", "cluster", "grid", "online"]
+    assert sorted(d.METHODS) == sorted(e.family.__name__.rpartition(".")[2] for e in d.ORDER)
+
+
+def test_plans_know_their_launch_arguments():
+    """Each plan's kernel arguments after the arrays' addresses (the kernels' signatures), its
+    workspace and whether it launches cooperatively."""
+    rows = Layout(1000, 100, 1, (104, 1), (108, 1))
+
+    def rows_of(method, cols=100, layout=None, itemsize=4):
+        layout = layout or Layout(1000, cols, 1, (cols + 4, 1), (cols + 8, 1))
+        return layout, d.plan(layout, itemsize, (0, 0), H200, method)
+
+    head = (1000, 100, 104, 108)
+    for method, last in (("registers", "lanes"), ("tiles", "lanes")):
+        _, p = rows_of(method)
+        assert p.args(rows) == (*head, getattr(p, last)) and p.workspace() is None and not p.cooperative
+    flat_rows = Layout(1000, 100, 1, (100, 1), (100, 1))
+    p = d.plan(flat_rows, 4, (4, 4), H200, "flat")
+    assert p.args(flat_rows) == (1000, 100, 100, 100, p.run) and p.workspace() is None
+    for method in ("block", "cluster"):
+        assert rows_of(method)[1].args(rows) == head
+    layout, p = rows_of("cluster", 2**21)
+    assert p.kernel == "spill" and p.args(layout) == (1000, 2**21, 2**21 + 4, 2**21 + 8, p.held)
+    layout, p = rows_of("grid", 20000)
+    assert p.args(layout) == (1000, 20000, 20004, 20008, p.chunk, p.chunks, p.ahead, p.lag)
+    assert p.cooperative and p.workspace() == (8 + 4000 + 16 * 1000 * (1 + p.chunks), 8 + 4000)
+    layout, p = rows_of("online", 10**6)
+    assert p.args(layout) == (1000, 10**6, 10**6 + 4, 10**6 + 8, p.chunk, p.chunks, p.per_group, p.held)
+    assert not p.cooperative and p.workspace() == (
+        8 + 4000 + 16 * 1000 * (1 + p.chunks) + 4 * 1000 * p.chunks, 8 + 4000 + 16 * 1000)
+    axis0 = Layout(3, 4096, 1000, (4096 * 1000, 1000), (4096 * 1004, 1004))
+    p = d.plan(axis0, 4, (0, 0), H200, "columns")
+    lines = 3 * math.ceil(1000 / (p.width * p.vec))
+    assert p.args(axis0) == (3, 4096, 1000, 4096 * 1000, 1000, 4096 * 1004, 1004, p.chunk, p.chunks,
+                             p.per_group, p.width)
+    head_bytes = 8 + (4 * lines + 7) // 8 * 8
+    assert p.workspace() == (head_bytes + 16 * lines * p.width * p.vec * (1 + p.chunks), head_bytes)
+    p = d.plan(axis0, 4, (0, 0), H200, "slab")
+    assert p.args(axis0) == (3, 4096, 1000, 4096 * 1000, 1000, 4096 * 1004, 1004, p.width)
+    assert p.cluster == p.size == p.template[1] and p.workspace() is None
+
+
+def test_name_expressions_take_the_load_and_epilogue():
+    from cusoftmax import _kernels
+
+    p = rows_plan(32, 4, 4)
+    assert _kernels.name_expression(p.kernel, "float32", p.template, p.ops) == \
+        "csm::registers<csm::Plain, csm::Softmax, float, 4, 1, 4, 8>"
+    assert _kernels.name_expression("online", "bfloat16", (8,)) == \
+        "csm::online<csm::Plain, csm::Softmax, __nv_bfloat16, 8>"
+    assert set(_kernels.FILES) == {k for isz in (2, 4, 8) for k, _ in d.templates(isz)}
+
+
+def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
+    """The call-signature cache of _api plans again under another tuning."""
+    from cusoftmax import _api
+
+    monkeypatch.setattr(d, "device_limits", lambda device_id: H200)
+    residency = H200.sm_count * (2048 // t.warp_block)
+    args = ((2**30, 32), (32, 1), (32, 1), (1,), 2, (0, 0), 0, None)
+    _api._plan.cache_clear()
+    try:
+        assert _api._plan(*args, t)[1].grid == residency * t.warp_waves
+        assert _api._plan(*args, dataclasses.replace(t, warp_waves=3))[1].grid == residency * 3
+    finally:
+        _api._plan.cache_clear()

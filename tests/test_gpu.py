@@ -10,8 +10,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import cusoftmax
-from cusoftmax import _dispatch
+from cusoftmax import planning
 from cusoftmax._layout import Layout, normalize_axes
+from cusoftmax.planning import TUNING, grid
 from _support import (BF16, FLOAT_DTYPES, assert_same_bits, assert_softmax, block_max_cols, build, cluster_held_cols, cluster_policy_cols,
                       make_values, requires_gpu, to_host, views)
 
@@ -22,7 +23,7 @@ ROW_METHODS = ("registers", "flat", "tiles", "block", "cluster", "grid", "online
 
 
 def limits():
-    return _dispatch.device_limits(cupy.cuda.Device().id)
+    return planning.device_limits(cupy.cuda.Device().id)
 
 
 def block_top(dtype):
@@ -41,7 +42,7 @@ def runnable(method, cols, dtype):
     16-byte boundary (rows of odd length: each in the packs of its aligned span)."""
     isz = np.dtype(dtype).itemsize
     try:
-        _dispatch.plan(Layout(1, cols, 1, (cols, 1), (cols, 1)), isz, (0, 0), limits(), method)
+        planning.plan(Layout(1, cols, 1, (cols, 1), (cols, 1)), isz, (0, 0), limits(), method)
     except ValueError:
         return False
     return True
@@ -70,14 +71,14 @@ def test_forced_methods_on_any_view(case, method):
 def test_widths_around_every_threshold(dtype):
     rng = np.random.default_rng(7)
     top, ctop = block_top(dtype), cluster_top(dtype)
-    wide = _dispatch.REGISTERS_MAX_LANES * _dispatch.REGISTERS_WIDE_VALUES
-    between = _dispatch.CLUSTER_MIN_BYTES // np.dtype(dtype).itemsize
+    wide = TUNING.registers_max_lanes * TUNING.registers_wide_values
+    between = TUNING.cluster_min_bytes // np.dtype(dtype).itemsize
     widths = {1, 2, 3, 31, 32, 33, 511, 512, 513, 517, 1023, 1024, 1025, 2047, 2048, 2049,
               wide - 1, wide, wide + 1,
               between - 1, between, between + 1, 65537, top - 1, top, top + 1}
     if dtype == np.float32:  # the grid's last policy rows, and the longest row it holds
-        per, _, most = _dispatch.grid_shape(4, 4, limits())
-        gtop = _dispatch.GRID_MAX_ROW_BYTES // 4
+        per, _, most = grid.shape(4, 4, limits(), TUNING)
+        gtop = TUNING.grid_max_row_bytes // 4
         widths |= {gtop, gtop + 1, most * per * 4}
     if ctop:  # a cluster's blocks each holding a whole block's shared memory, the longest rows
         # a cluster holds on chip (longer ones spill), and the policy's last cluster rows
@@ -103,28 +104,26 @@ def test_many_rows_past_grid_limits(method):
 @pytest.mark.parametrize("method,shape,axis", [("block", (300, 3000), -1), ("cluster", (200, 70000), -1),
                                                ("slab", (3000, 3000), 0)])
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=str)
-def test_blocks_that_loop_over_lines(monkeypatch, method, shape, axis, dtype):
-    """A grid of fewer blocks than lines (MAX_GRID cut to 48): each block or cluster walks many
-    lines, so the cluster's exchange runs many rounds on each of its two barriers."""
+def test_blocks_that_loop_over_lines(method, shape, axis, dtype):
+    """A grid of fewer blocks than lines (the policy's plan cut to 48 blocks, whole clusters):
+    each block or cluster walks many lines, so the cluster's exchange runs many rounds on each
+    of its two barriers."""
+    import dataclasses
+
     if method != "block" and not limits().clusters:
         pytest.skip("needs thread-block clusters")
     from cusoftmax import _api, _kernels
 
-    monkeypatch.setattr(_dispatch, "MAX_GRID", 48)
     x = cupy.asarray(make_values(np.random.default_rng(9), shape, np.dtype(dtype)))
-    _api._plan.cache_clear()
-    _kernels.bind.cache_clear()
-    try:
-        strides = _api._elem_strides(x)
-        _, plan = _api._plan(x.shape, strides, strides, normalize_axes(axis, x.ndim), x.itemsize,
-                             (0, 0), x.device.id, method)
-        size = plan.launch.template[1] if method != "block" else 1
-        lines = plan.lines if method == "slab" else shape[0]
-        assert plan.method == method and lines >= 4 * (plan.launch.grid // size)
-        assert_softmax(poisoned_softmax(x, axis=axis, method=method), x, axis)
-    finally:
-        _api._plan.cache_clear()
-        _kernels.bind.cache_clear()
+    strides = _api._elem_strides(x)
+    layout, plan = _api._plan(x.shape, strides, strides, normalize_axes(axis, x.ndim), x.itemsize,
+                              (0, 0), x.device.id, method, TUNING)
+    plan = dataclasses.replace(plan, grid=48 // plan.cluster * plan.cluster)
+    lines = plan.lines if method == "slab" else shape[0]
+    assert plan.method == method and lines >= 4 * (plan.grid // plan.cluster)
+    y = cupy.full(x.shape, np.nan, dtype=x.dtype)
+    _kernels.bind(plan, layout, x.dtype.name, x.device.id)(x, y)
+    assert_softmax(y, x, axis)
 
 
 @pytest.mark.parametrize("cols", [2, 33, 2049, 70000])
@@ -195,10 +194,10 @@ def test_cluster_rows_that_spill(dtype, extra):
     isz = np.dtype(dtype).itemsize
     cols = cluster_held_cols(limits(), isz, 16 // isz) * 3 // 2 + extra
     x = cupy.asarray(make_values(np.random.default_rng(11), (4, cols), np.dtype(dtype)))
-    p = _dispatch.plan(Layout(4, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, x.data.ptr),
+    p = planning.plan(Layout(4, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, x.data.ptr),
                        limits(), "cluster")
-    size, vec = p.launch.template[1], p.vec
-    assert p.launch.kernel == "softmax_spill" and 0 < p.held and vec * isz == 16
+    size, vec = p.size, p.vec
+    assert p.kernel == "spill" and 0 < p.held and vec * isz == 16
     # Rows of an odd length lie in the 16-byte packs of their spans (kernels/common.cuh,
     # head_of): a block's slice starts `head` elements before its place in an aligned row.
     per = math.ceil(math.ceil((cols + extra * (vec - 1)) / vec) / size)  # packs of a block's slice
@@ -241,10 +240,10 @@ def test_rows_in_their_aligned_spans(cols, dtype):
             continue
         y = poisoned_softmax(x, method=method)
         assert_softmax(y, x, -1)
-        p = _dispatch.plan(Layout(12, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr),
+        p = planning.plan(Layout(12, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr),
                            limits(), method)
         if p.vec * isz == 16:
-            spanned.add(p.launch.kernel if p.launch.kernel == "softmax_short_spans" else p.method)
+            spanned.add(p.kernel if p.kernel == "short_spans" else p.method)
         yv[...] = np.nan
         assert cusoftmax.softmax(xv, out=yv, method=method) is yv
         assert_softmax(yv, xv, -1)
@@ -254,7 +253,7 @@ def test_rows_in_their_aligned_spans(cols, dtype):
         cusoftmax.softmax(inplace, out=inplace, method=method)
         assert_same_bits(inplace, y)
     assert spanned >= {m for m in ("block", "cluster") if runnable(m, cols, dtype)}, spanned
-    assert ("softmax_short_spans" in spanned) == ((cols, isz) in ((301, 4), (302, 4), (777, 2), (1012, 2))), spanned
+    assert ("short_spans" in spanned) == ((cols, isz) in ((301, 4), (302, 4), (777, 2), (1012, 2))), spanned
 
 
 @pytest.mark.parametrize("cols", [301, 777, 2041])
@@ -282,11 +281,11 @@ def test_span_rows_at_the_ends_of_their_arrays(cols, dtype):
     assert_softmax(y, x, -1)
     assert np.isnan(to_host(ybuf[:, 0])).all() and np.isnan(to_host(ybuf[:, 1 + cols:])).all()
     # The plans of rows one element off 16-byte boundaries (in their spans where vec * isz is 16)
-    # that do not lie back to back: contiguous rows' but for the flat kernel.
+    # that do not lie back to back: those of rows alike, 16 elements apart (the same packs).
     at = (16 + isz, 16 + isz)
-    spans = _dispatch.plan_rows(rows, cols, isz, _dispatch.vector_width(isz, at, (cols, cols)), limits(), span=True)
+    spans = planning.plan(Layout(rows, cols, 1, (cols + 16, 1), (cols + 16, 1)), isz, at, limits())
     for xs, ys in (((-cols, 1), (-cols, 1)), ((0, 1), (ldy, 1))):
-        assert _dispatch.plan(Layout(rows, cols, 1, xs, ys), isz, at, limits()) == spans
+        assert planning.plan(Layout(rows, cols, 1, xs, ys), isz, at, limits()) == spans
 
 
 @pytest.mark.parametrize("cols", [1, 3, 7, 17, 33, 97, 129, 301, 501, 641, 1001])
@@ -298,7 +297,7 @@ def test_flat_runs_of_rows(cols, dtype):
     allocation's end (the last pack too: nothing is read past it), rows not a multiple of a
     warp's run, special rows (the same as
     test_special_rows_beside_normal_rows), in place (the same bits), nothing written outside y.
-    The policy takes it for rows off 16-byte boundaries of up to FLAT_MAX_BYTES of types of up
+    The policy takes it for rows off 16-byte boundaries of up to flat_max_bytes of types of up
     to 4 bytes."""
     dt, isz = np.dtype(dtype), np.dtype(dtype).itemsize
     values = special_lines(cols, dtype).astype(dt)
@@ -317,8 +316,8 @@ def test_flat_runs_of_rows(cols, dtype):
         inplace = buf.copy()[lead:].reshape(rows, cols)
         assert cusoftmax.softmax(inplace, out=inplace, method="flat") is inplace
         assert_same_bits(inplace, y)
-        p = _dispatch.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr), limits())
-        default = cols * isz <= _dispatch.FLAT_MAX_BYTES.get(isz, 0)  # every case here is off
+        p = planning.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr), limits())
+        default = cols * isz <= TUNING.flat_max_bytes.get(isz, 0)  # every case here is off
         assert (p.method == "flat") == default, (lead, p)
         if default:  # the policy's plan: the same bits
             y2 = cupy.full_like(ybuf, np.nan)[lead:lead + rows * cols].reshape(rows, cols)
@@ -339,7 +338,7 @@ def test_online_rows_in_place(cols):
     """Online float32 rows in place, where blocks write part of each chunk from shared memory
     and re-read the rest: the same bits as into a new array."""
     x = cupy.asarray(make_values(np.random.default_rng(12), (3, cols), np.dtype(np.float32)))
-    p = _dispatch.plan(Layout(3, cols, 1, (cols, 1), (cols, 1)), 4, (x.data.ptr, x.data.ptr),
+    p = planning.plan(Layout(3, cols, 1, (cols, 1), (cols, 1)), 4, (x.data.ptr, x.data.ptr),
                        limits(), "online")
     assert p.held > 0 and p.chunks > 1
     y = poisoned_softmax(x, method="online")
@@ -351,7 +350,7 @@ def test_online_rows_in_place(cols):
 
 @pytest.mark.parametrize("method", ROW_METHODS)
 def test_deterministic_and_batch_independent(method):
-    cols = 1001 if method == "flat" else 3000  # flat: rows of at most FLAT_MAX_COLS
+    cols = 1001 if method == "flat" else 3000  # flat: rows of at most flat_max_cols
     x = cupy.asarray(make_values(np.random.default_rng(6), (64, cols), np.dtype(np.float32)))
     a = cusoftmax.softmax(x, method=method)
     b = cusoftmax.softmax(x, method=method)
@@ -388,19 +387,18 @@ def test_grid_slots_give_the_same_bits():
     shape = (400, 20000)
     x = cupy.asarray(make_values(np.random.default_rng(10), shape, np.dtype(np.float32)))
     layout = collapse(shape, (20000, 1), (20000, 1), (1,))
-    first = _dispatch.plan(layout, 4, (0, 0), limits(), method="grid")
+    first = planning.plan(layout, 4, (0, 0), limits(), method="grid")
     assert first.chunks == 3
     results = []
     for ahead, lag in ((1, 1), (2, 1), (1, 2), (3, 3)):
         slots = ahead + lag
-        launch = dataclasses.replace(first.launch, smem=_dispatch.BLOCK_SCRATCH + slots * 4 * first.chunk)
-        p = dataclasses.replace(first, ahead=ahead, lag=lag, launch=launch)
+        p = dataclasses.replace(first, ahead=ahead, lag=lag, smem=TUNING.block_scratch + slots * 4 * first.chunk)
         y = cupy.full(shape, np.nan, dtype=x.dtype)
         _kernels.bind(p, layout, "float32", x.device.id)(x, y)
         assert_softmax(y, x, -1)
         results.append(y)
     assert all(cupy.array_equal(results[0], r) for r in results[1:])
-    for bad in (dict(ahead=0), dict(lag=-1), dict(launch=dataclasses.replace(first.launch, block=32))):
+    for bad in (dict(ahead=0), dict(lag=-1), dict(block=32)):
         with pytest.raises(ValueError, match="grid"):  # the launcher's preconditions
             _kernels.bind(dataclasses.replace(first, **bad), layout, "float32", x.device.id)
 
@@ -419,14 +417,14 @@ def test_two_pass_groups_give_the_same_bits(kind):
     x = cupy.asarray(make_values(np.random.default_rng(9), shape, np.dtype(np.float32)))
     strides = tuple(s // 4 for s in x.strides)
     layout = collapse(shape, strides, strides, axes)
-    first = _dispatch.plan(layout, 4, (0, 0), limits(), method=kind)
-    step = _dispatch.ONLINE_THREADS * first.vec
+    first = planning.plan(layout, 4, (0, 0), limits(), method=kind)
+    step = TUNING.online_threads * first.vec
     holds = (first.held, 0, step) if kind == "online" else (0,)
     assert kind != "online" or first.held > step  # the last chunk (4,465 elements) holds less
     results, groups = [], set()
     for per_group, held in itertools.product((1, 4, first.lines), holds):
-        launch = dataclasses.replace(first.launch, smem=4 * held)
-        p = dataclasses.replace(first, per_group=per_group, held=held, launch=launch)
+        held_by = dict(held=held, smem=4 * held) if kind == "online" else {}  # columns hold nothing
+        p = dataclasses.replace(first, per_group=per_group, **held_by)
         groups.add(p.per_group)
         y = cupy.full(shape, np.nan, dtype=x.dtype)
         _kernels.bind(p, layout, "float32", x.device.id)(x, y)

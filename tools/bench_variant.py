@@ -1,37 +1,43 @@
-"""The benchmark with dispatch constants changed, to measure a tuning constant against another
-value in the same run: `python3 tools/bench_variant.py NAME=VALUE ... -- BENCH ARGS`.
+"""The benchmark under a variant of the tuning, to measure a value against another in the same
+run: `python3 tools/bench_variant.py NAME=VALUE ... -- BENCH ARGS`, NAME a field of
+`cusoftmax.planning.Tuning`.
 
-Example: `tools/bench_variant.py ONLINE_MIN_CHUNK_BYTES=65536 -- --methods online --widths 1048576`;
-a table as a Python literal: `"BLOCK_THREADS=((16384, 128), (32768, 256), (65536, 256), (1e30, 1024))"`,
-`"REGISTERS_WIDE_SPAN_MAX_BYTES={2: 2048, 4: 20480}"`."""
+Example: `tools/bench_variant.py online_min_chunk_bytes=65536 -- --methods online --widths 1048576`;
+a table as a Python literal: `"block_threads=((16384, 128), (32768, 256), (65536, 256), (1e30, 1024))"`,
+`"registers_wide_span_max_bytes={2: 2048, 4: 20480}"`."""
 
 import ast
+import dataclasses
 import sys
 
-from cusoftmax import _dispatch
+from cusoftmax import planning
 from cusoftmax.bench import main
 
 
-def apply(assignments):
+def variant(assignments, base=planning.TUNING) -> planning.Tuning:
+    """`base` with each NAME=VALUE of `assignments`: numbers by the field's type, tuples and
+    tables by element size as Python literals of theirs."""
+    fields = {f.name for f in dataclasses.fields(base)}
+    changes = {}
     for item in assignments:
         name, _, value = item.partition("=")
-        if not hasattr(_dispatch, name):
-            raise SystemExit(f"cusoftmax._dispatch has no constant {name}")
-        old = getattr(_dispatch, name)
-        # Tuples and dicts (tables such as BLOCK_THREADS, REGISTERS_WIDE_SPAN_MAX_BYTES) as Python
-        # literals of the same type, numbers by their type.
+        if name not in fields:
+            raise SystemExit(f"cusoftmax.planning.Tuning has no field {name}")
+        old = getattr(base, name)
         if isinstance(old, (tuple, dict)):
             new = ast.literal_eval(value)
-            if not isinstance(new, type(old)):
-                raise SystemExit(f"{name} is a {type(old).__name__}, not {value!r}")
+            kind = "dict" if isinstance(old, dict) else "tuple"
+            if not isinstance(new, dict if kind == "dict" else tuple):
+                raise SystemExit(f"{name} is a {kind}, not {value!r}")
+            changes[name] = type(old)(new)
         else:
-            new = type(old)(value)
-        setattr(_dispatch, name, new)
-        print(f"variant: {name} = {getattr(_dispatch, name)}", flush=True)
+            changes[name] = type(old)(value)
+        print(f"variant: {name} = {changes[name]}", flush=True)
+    return dataclasses.replace(base, **changes)
 
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
-    apply(argv[:cut])
-    sys.exit(main(argv[cut + 1:]))
+    with planning.use(variant(argv[:cut])):
+        sys.exit(main(argv[cut + 1:]))

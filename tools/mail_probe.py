@@ -61,7 +61,7 @@ def main(argv):
     smem = int(argv[3]) * 1024 if len(argv) > 3 else 25 * 1024
     code = SRC.replace('#include "common.cuh"', (_kernels.kernel_dir() / _kernels.HEADER).read_text())
     expr = f"csm::mail_probe<{size}>"
-    module = cupy.RawModule(code=code, options=_kernels.OPTIONS, name_expressions=(expr,))
+    module = cupy.RawModule(code=code, options=_kernels.options(), name_expressions=(expr,))
     fn = module.get_function(expr)
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem

@@ -9,7 +9,7 @@ import numpy as np
 from scipy.special import softmax as reference
 
 import cusoftmax
-from cusoftmax import _dispatch
+from cusoftmax import planning
 
 
 def main():
@@ -21,7 +21,7 @@ def main():
         host = rng.standard_normal(shape).astype(np.float32)
         want = reference(host.astype(np.float64), axis=axis)
         x = cupy.asarray(host)
-        for method in (None, *_dispatch.METHODS):
+        for method in (None, *planning.METHODS):
             try:
                 got = cupy.asnumpy(cusoftmax.softmax(x, axis=axis, method=method))
             except ValueError as e:

@@ -51,7 +51,7 @@ def main():
     from cusoftmax import _kernels
 
     unmarked = _kernels.function
-    function, modules = marked_functions(lambda kernel: MARKS if kernel == "softmax_online" else None,
+    function, modules = marked_functions(lambda kernel: MARKS if kernel == "online" else None,
                                          HEAD, "online_timeline")
 
     flush = cupy.empty(1 << 28, dtype=cupy.uint8)

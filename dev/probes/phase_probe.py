@@ -95,15 +95,15 @@ def marked_functions(marks_of, head=HEAD, tool="phase_probe"):
 
     plain, unmarked, modules = _kernels.source.__wrapped__, _kernels.function, {}
 
-    def function(kernel, dtype_name, template, device_id):  # _kernels.function, keeping the module
+    def function(kernel, dtype_name, template, ops, defines, device_id):  # keeping the module
         marks = marks_of(kernel)
         if marks is None:
-            return unmarked(kernel, dtype_name, template, device_id)
+            return unmarked(kernel, dtype_name, template, ops, defines, device_id)
         key = (kernel, dtype_name, template)
         if key not in modules:
-            expr = _kernels.name_expression(kernel, dtype_name, template)
+            expr = _kernels.name_expression(kernel, dtype_name, template, ops)
             module = cupy.RawModule(code=patched(plain(_kernels.FILES[kernel]), marks, head, tool),
-                                    options=_kernels.OPTIONS, name_expressions=(expr,))
+                                    options=(*_kernels.LANGUAGE, *defines), name_expressions=(expr,))
             modules[key] = (module, module.get_function(expr))
         return modules[key][1]
 

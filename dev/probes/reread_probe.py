@@ -146,7 +146,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args(argv)
     names = instantiations()
-    mod = cupy.RawModule(code=source(), options=_kernels.OPTIONS, name_expressions=tuple(names.values()))
+    mod = cupy.RawModule(code=source(), options=_kernels.options(), name_expressions=tuple(names.values()))
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     timer = bench.Timer(cupy, args.repeat)
     table = Table(Path(args.out) / "reread_probe.csv")

@@ -340,7 +340,7 @@ def main(argv=None):
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     if sms < 132:  # fewer SMs than the grids below: blocks would wait for teammates never resident
         raise SystemExit(f"team_probe.py: its grids are cut for 132 SMs, this GPU has {sms}")
-    mod = cupy.RawModule(code=source(), options=_kernels.OPTIONS,
+    mod = cupy.RawModule(code=source(), options=_kernels.options(),
                          name_expressions=tuple(instantiations().values()))
     timer = bench.Timer(cupy, args.repeat)
     table = Table(Path(args.out) / "team_probe.csv")
