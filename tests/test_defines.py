@@ -1,0 +1,40 @@
+"""One source of truth between Python and CUDA: every ``CSM_*`` macro the kernels read is one
+that the policy passes to NVRTC (``planning.cuda_defines``), and every one it passes is read."""
+
+import re
+from pathlib import Path
+
+from cusoftmax import _kernels
+from cusoftmax.planning import TUNING, cuda_defines
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+
+
+def test_kernels_read_exactly_the_defines():
+    used = set()
+    for path in (*KERNELS.glob("*.cu"), *KERNELS.glob("*.cuh")):
+        used |= set(re.findall(r"\bCSM_[A-Z0-9_]+\b", path.read_text()))
+    defined = {option[2:].partition("=")[0] for option in cuda_defines(TUNING)}
+    assert used == defined, (sorted(used - defined), sorted(defined - used))
+
+
+def test_defines_are_the_tuning_values():
+    got = dict(option[2:].split("=") for option in cuda_defines(TUNING))
+    assert got == {
+        "CSM_FUSED_SCRATCH": "800", "CSM_SPILL_THREADS": "512", "CSM_SHORT_ROWS_THREADS": "128",
+        "CSM_FLAT_THREADS": "128", "CSM_ONLINE_THREADS": "512", "CSM_ONLINE_BLOCKS_2": "3",
+        "CSM_ONLINE_BLOCKS_4": "2", "CSM_ONLINE_BLOCKS_8": "2", "CSM_ONLINE_HOLDS_2": "0",
+        "CSM_ONLINE_HOLDS_4": "1", "CSM_ONLINE_HOLDS_8": "0", "CSM_COLUMNS_THREADS": "256",
+        "CSM_COLUMNS_BLOCKS_PER_SM": "3", "CSM_SLAB_MAX_COLS": "64", "CSM_SLAB_MAX_THREADS": "256",
+        "CSM_SLAB_SCRATCH": "528",
+    }
+    assert _kernels.options(TUNING) == ("-std=c++17", *cuda_defines(TUNING))
+
+
+def test_a_variant_compiles_its_own_kernels():
+    """The compiled-function cache is keyed by the defines: a variant's differ from the default's."""
+    import dataclasses
+
+    variant = dataclasses.replace(TUNING, spill_threads=256)
+    assert "-DCSM_SPILL_THREADS=256" in _kernels.options(variant)
+    assert _kernels.options(variant) != _kernels.options(TUNING)
