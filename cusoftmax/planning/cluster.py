@@ -6,22 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import (MAX_GRID, PORTABLE_CLUSTER, Plan, block_share, cluster_size, slice_bytes, threads_for,
+from .common import (MAX_GRID, PORTABLE_CLUSTER, ClusterLaunch, block_share, cluster_size, slice_bytes, threads_for,
                      vecs)
 
 
 @dataclass(frozen=True)
-class ClusterPlan(Plan):
+class ClusterPlan(ClusterLaunch):
     method = "cluster"
-    size: int  # blocks a cluster
-
-    @property
-    def template(self):
-        return (self.vec, self.size)
-
-    @property
-    def cluster(self):
-        return self.size
 
 
 @dataclass(frozen=True)

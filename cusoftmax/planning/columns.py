@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .common import Plan, pow2_at_least, two_pass_grid, two_pass_workspace, vecs
+from .common import Plan, pow2_at_least, strided_args, two_pass_grid, two_pass_workspace, vecs
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,7 @@ class ColumnsPlan(Plan):
     per_group: int  # strips a group of the schedule
 
     def args(self, layout):
-        (xso, xsn), (yso, ysn) = layout.xs, layout.ys
-        return (layout.outer, layout.n, layout.inner, xso, xsn, yso, ysn, self.chunk, self.chunks,
-                self.per_group, self.width)
+        return (*strided_args(layout), self.chunk, self.chunks, self.per_group, self.width)
 
     def workspace(self):
         return two_pass_workspace(self.lines, self.chunks, self.width * self.vec)

@@ -91,6 +91,27 @@ class Plan:
         return None
 
 
+@dataclass(frozen=True)
+class ClusterLaunch(Plan):
+    """A plan of a kernel launched in thread-block clusters: its template is (pack, size)."""
+
+    size: int  # blocks a cluster
+
+    @property
+    def template(self):
+        return (self.vec, self.size)
+
+    @property
+    def cluster(self):
+        return self.size
+
+
+def strided_args(layout) -> tuple[int, ...]:
+    """The leading arguments of the kernels of a strided reduced axis: the view and its strides."""
+    (xso, xsn), (yso, ysn) = layout.xs, layout.ys
+    return (layout.outer, layout.n, layout.inner, xso, xsn, yso, ysn)
+
+
 class Case:
     """One call as the planners see it; each quantity is worked out once, when first read."""
 

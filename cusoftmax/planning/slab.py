@@ -6,27 +6,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .common import MAX_GRID, Plan, cluster_size, pow2_at_least, threads_for, vecs
+from .common import MAX_GRID, ClusterLaunch, cluster_size, pow2_at_least, strided_args, threads_for, vecs
 
 
 @dataclass(frozen=True)
-class SlabPlan(Plan):
+class SlabPlan(ClusterLaunch):
     method = "slab"
     width: int  # packs a strip
-    size: int  # blocks a cluster
     lines: int  # strips
 
-    @property
-    def template(self):
-        return (self.vec, self.size)
-
-    @property
-    def cluster(self):
-        return self.size
-
     def args(self, layout):
-        (xso, xsn), (yso, ysn) = layout.xs, layout.ys
-        return (layout.outer, layout.n, layout.inner, xso, xsn, yso, ysn, self.width)
+        return (*strided_args(layout), self.width)
 
 
 def slice_bytes(n, width, vec, itemsize, size):
