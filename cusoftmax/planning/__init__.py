@@ -24,6 +24,7 @@ __all__ = ["METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER", "TUNING", 
 
 
 class Entry(NamedTuple):
+    method: str  # the family, as ``method=`` names it
     family: object  # the family's module: its plan(case, forced) and templates(itemsize, ...)
     strided: bool  # takes a strided reduced axis (forced: any layout), else contiguous rows
     when: Callable[[Case], bool]  # the default takes it
@@ -31,19 +32,19 @@ class Entry(NamedTuple):
 
 ORDER = (
     # a strided reduced axis whose inner run is at least columns_min_inner:
-    Entry(slab, True, columns.default),  # held across a cluster, where one holds it
-    Entry(columns, True, columns.default),  # else two passes over the axis
+    Entry("slab", slab, True, columns.default),  # held across a cluster, where one holds it
+    Entry("columns", columns, True, columns.default),  # else two passes over the axis
     # contiguous rows:
-    Entry(flat, False, flat.default),  # back to back off 16-byte boundaries, short
-    Entry(registers, False, registers.default),  # short; wide where they won
-    Entry(tiles, False, tiles.default),  # up to tiles_max_bytes
-    Entry(block, False, block.default),  # one block holds it, up to cluster_min_bytes
-    Entry(cluster, False, cluster.default),  # a cluster holds it, or spills little
-    Entry(grid, False, grid.default),  # float32 up to grid_max_row_bytes, with clusters
-    Entry(online, False, lambda case: True),  # any row
+    Entry("flat", flat, False, flat.default),  # short, back to back off 16-byte boundaries
+    Entry("registers", registers, False, registers.default),  # short; wide where they won
+    Entry("tiles", tiles, False, tiles.default),  # up to tiles_max_bytes
+    Entry("block", block, False, block.default),  # in a block, no cluster or <= cluster_min_bytes
+    Entry("cluster", cluster, False, cluster.default),  # in a cluster, or spilling little
+    Entry("grid", grid, False, grid.default),  # float32 to grid_max_row_bytes, with clusters
+    Entry("online", online, False, lambda case: True),  # any row
 )
 METHODS = ("registers", "flat", "tiles", "block", "cluster", "grid", "online", "columns", "slab")
-_BY_METHOD = {entry.family.__name__.rpartition(".")[2]: entry for entry in ORDER}
+_BY_METHOD = {entry.method: entry for entry in ORDER}
 
 
 def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=None) -> Plan | None:
