@@ -98,6 +98,13 @@ class Tuning:
     slab_max_threads: int = 256  # (CUDA) threads a block at most [slab-1]
     slab_min_threads: int = 128  # 64 overflowed the tracked barriers [slab-2]
 
+    def __hash__(self):
+        # Worked out once: _api's fast path and the plan and kernel caches hash it at each call.
+        if "_hash" not in self.__dict__:
+            values = tuple(getattr(self, name) for name in self.__dataclass_fields__)
+            object.__setattr__(self, "_hash", hash(values))
+        return self.__dict__["_hash"]
+
     @property
     def short_cols(self) -> int:
         """The longest row one warp holds: 32 lanes of registers_max_per_lane values."""
