@@ -486,3 +486,23 @@ def test_bfloat16_rounds_once(shape, axis, method):
     tiny = ref < 1e-30
     ulp = 2.0 ** (np.floor(np.log2(np.where(tiny, 1.0, ref))) - 7)  # bfloat16: 8 significant bits
     assert np.all(np.abs(y - ref) <= np.where(tiny, 1e-30, 0.5 * ulp + 1e-5 * ref))
+
+
+def test_a_tuning_variant_plans_and_runs_its_own():
+    """planning.use: calls plan again under a variant (here a grid of one residency for float32
+    short rows) and back under the default, the same bits each way (a row's result does not depend on
+    the grid), the fast path included."""
+    import dataclasses
+
+    from cusoftmax import _api
+
+    x = cupy.asarray(make_values(np.random.default_rng(14), (70001, 40), np.dtype(np.float32)))
+    y = cusoftmax.softmax(x)
+    strides = _api._elem_strides(x)
+    variant = dataclasses.replace(TUNING, registers_float32_waves=1)  # float32 rows of 16-byte packs
+    signature = (x.shape, strides, strides, (1,), 4, (0, 0), x.device.id, None)
+    assert _api._plan(*signature, variant)[1].grid < _api._plan(*signature, TUNING)[1].grid
+    with planning.use(variant):
+        assert_same_bits(cusoftmax.softmax(x), y)
+        assert_same_bits(cusoftmax.softmax(x), y)
+    assert_same_bits(cusoftmax.softmax(x), y)
