@@ -137,7 +137,7 @@ def cases(old):
         yield row_layout(1000, w, w + dx, w + dy), isz, align, lim, method
     shapes = [(1, 4096, 16384), (1, 16384, 4096), (1, 70000, 64), (9, 70000, 64), (1, 10**6, 32)]
     shapes += [(o, n, i) for o in (1, 3) for n in (2, 7, 100, 300, 4096, 30000, 2**20)
-               for i in (*range(1, 17), 24, 31, 32, 33, 48, 63, 64, 65, 100, 1000, 4096)]
+               for i in (*range(1, 66), 100, 1000, 4096)]
     for lim, isz, align, (o, n, i), dy, method in itertools.product(
             LIMITS, ITEMSIZES, ALIGNMENTS[:3], shapes, (0, 4), (None, "columns", "slab", "registers")):
         yield strided_layout(o, n, i, dy), isz, align, lim, method
