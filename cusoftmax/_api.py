@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -100,26 +101,43 @@ def softmax(x, axis=-1, *, out=None, method=None):
             y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
             run(x, y)
             return y
+    c = prepare(x, axis, out, method, "softmax")
+    arr, axes, dtype, dst = c.array, c.axes, c.dtype, c.out
+    if not c.src.on_gpu:
+        if method is not None:
+            raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
+        y = _host.softmax(arr, axes, dtype) if arr.size else np.empty(arr.shape, dtype)
+        if dst is None:
+            return c.src.wrap(y)
+        np.copyto(dst, y)
+        return out
+    if dst is None:
+        y = _gpu(arr, axes, None, dtype, method, remember=(x, axis))
+        return c.src.wrap(y)
+    _gpu(arr, axes, dst, dtype, method)
+    return out
+
+
+class Call(NamedTuple):
+    """A call's arguments after every rule: what the computation needs and nothing else."""
+
+    src: _arrays.Adapted  # the input as adapted, with its framework's wrapper for the result
+    array: Any  # the input as a cupy.ndarray (GPU) or a numpy.ndarray (host)
+    axes: tuple[int, ...]  # the reduced axes, sorted and non-negative
+    dtype: np.dtype  # the result's dtype
+    out: Any  # the array behind `out` (same kind as `array`), or None
+
+
+def prepare(x, axis, out, method, op: str) -> Call:
+    """The argument rules shared by the functions that reduce slices of `x` (`op` names the
+    function in messages): every check runs here, before anything is computed or written."""
     src = _arrays.adapt(x)
     arr = src.array
     dtype = result_dtype(arr.dtype)
     axes = normalize_axes(axis, arr.ndim)
     if any(arr.shape[a] == 0 for a in axes):
-        raise ValueError(f"softmax over an axis of length 0 (shape {arr.shape}, axis {axis})")
-    dst = _check_out(out, src, arr.shape, dtype)
-    if not src.on_gpu:
-        if method is not None:
-            raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
-        y = _host.softmax(arr, axes, dtype) if arr.size else np.empty(arr.shape, dtype)
-        if dst is None:
-            return src.wrap(y)
-        np.copyto(dst, y)
-        return out
-    if dst is None:
-        y = _gpu(arr, axes, None, dtype, method, remember=(x, axis))
-        return src.wrap(y)
-    _gpu(arr, axes, dst, dtype, method)
-    return out
+        raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")
+    return Call(src, arr, axes, dtype, _check_out(out, src, arr.shape, dtype))
 
 
 def _check_out(out, src, shape, dtype):
