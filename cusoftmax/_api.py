@@ -146,7 +146,10 @@ def _check_out(out, src, shape, dtype):
         return None
     if src.framework in ("jax", "jaxlib"):
         raise TypeError("out= cannot be used with JAX arrays: they are immutable")
-    dst = _arrays.adapt(out)
+    try:
+        dst = _arrays.adapt(out, arrays_only=True)
+    except TypeError as e:
+        raise TypeError(f"out must be an array of the same kind as x: {e}") from None
     if dst.on_gpu != src.on_gpu or dst.framework != src.framework:
         raise TypeError(
             f"out must be an array of the same kind as x ({src.framework}), "

@@ -172,3 +172,12 @@ def test_lists_and_scalars_go_to_the_host():
 def test_method_is_for_gpu_inputs():
     with pytest.raises(ValueError, match="GPU"):
         cusoftmax.softmax(np.ones(3), method="registers")
+
+
+@pytest.mark.parametrize("out", [[0.0, 0.0], (0.0, 0.0), 0.0, np.float64(0.0)])
+def test_out_that_is_not_an_array(xp, out):
+    """As numpy.exp: an out that is not an array is a TypeError, never silently dropped."""
+    with pytest.raises(TypeError, match="out"):
+        cusoftmax.softmax(xp.asarray([1.0, 2.0]), out=out)
+    if isinstance(out, list):
+        assert out == [0.0, 0.0]
