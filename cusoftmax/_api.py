@@ -25,8 +25,8 @@ def result_dtype(dtype) -> np.dtype:
     )
 
 
-# Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, address % 16,
-# array's device, current device) -> run(x, y) writing the result into y, a new array like x.
+# Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, axis type,
+# address % 16, array's device, current device) -> run(x, y) writing the result into y, a new array like x.
 # Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice, which
 # returns the current device's id) are set with the first entry; until then no input takes the
 # fast path.
@@ -172,8 +172,11 @@ def _elem_strides(a) -> tuple[int, ...]:
 
 
 def _fast_key(x, axis):
+    # The axis's type (its items' in a tuple) is part of the key: True == 1.0 == 1 as dict keys,
+    # and axis=True or 1.0 must reach the general path's TypeError.
+    kind = tuple(map(type, axis)) if type(axis) is tuple else type(axis)
     mem = x.data
-    return (x.shape, x.strides, x.dtype, axis, mem.ptr & 15, mem.device_id, _device())
+    return (x.shape, x.strides, x.dtype, axis, kind, mem.ptr & 15, mem.device_id, _device())
 
 
 def _remember(x, axis, run) -> None:

@@ -13,4 +13,4 @@ def softmax(x: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         e = np.exp(xc - np.max(xc, axis=axes, keepdims=True))
         d = np.sum(e, axis=axes, keepdims=True, dtype=np.float64)
-        return (e * (1.0 / d).astype(compute)).astype(dtype, copy=False)
+        return np.asarray(e * (1.0 / d).astype(compute)).astype(dtype, copy=False)

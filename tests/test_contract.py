@@ -74,10 +74,35 @@ def test_axis_none_and_zero_d(xp):
     assert_softmax(cusoftmax.softmax(x, axis=-2), x, -2)
 
 
-@pytest.mark.parametrize("axis", [3, -4, (0, 3)])
+@pytest.mark.parametrize("axis", [3, -4, (0, 3), 10**20])
 def test_axis_out_of_range(xp, axis):
     with pytest.raises(np.exceptions.AxisError):
         cusoftmax.softmax(xp.ones((2, 3, 4)), axis=axis)
+
+
+@pytest.mark.parametrize("value,expect", [(3.0, 1.0), (-1e300, 1.0), (np.nan, np.nan),
+                                          (np.inf, np.nan), (-np.inf, np.nan)])
+def test_zero_d_with_axis_0_or_minus_1(xp, value, expect):
+    """As scipy.special.softmax: the default axis -1 and axis 0 reduce a 0-d input's one value."""
+    for axis in (-1, 0, None):
+        y = cusoftmax.softmax(xp.asarray(value), axis=axis)
+        assert type(y) is xp.ndarray and y.shape == () and y.dtype == np.float64
+        np.testing.assert_array_equal(to_host(y), expect)
+    assert float(cusoftmax.softmax(np.float64(value))) == expect or np.isnan(expect)
+    for axis in (1, -2, (0,)):
+        with pytest.raises(np.exceptions.AxisError, match="out of bounds"):
+            cusoftmax.softmax(xp.asarray(value), axis=axis)
+
+
+@pytest.mark.parametrize("axis", [True, np.True_, (0, True), 1.0, (0, 1.0)])
+def test_axis_of_another_type_is_a_type_error(xp, axis):
+    """bool is not an axis (SciPy: TypeError), nor a float, even after a call with axis 1 (the
+    cached calls compare keys, and True == 1.0 == 1)."""
+    x = xp.ones((2, 3))
+    cusoftmax.softmax(x, axis=1)
+    cusoftmax.softmax(x, axis=(0, 1))
+    with pytest.raises(TypeError):
+        cusoftmax.softmax(x, axis=axis)
 
 
 def test_repeated_axis(xp):
