@@ -14,12 +14,13 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def result_dtype(dtype) -> np.dtype:
-    """The result's dtype: floats keep theirs, integers promote as NumPy's ``exp`` does."""
+    """The result's dtype, in native byte order (as NumPy's ufuncs make theirs): floats keep
+    theirs, integers promote as NumPy's ``exp`` does."""
     dtype = np.dtype(dtype)
     if dtype.name in _FLOATS:
-        return dtype
+        return dtype.newbyteorder("=")
     if dtype.kind in "iu":
-        return np.result_type(dtype, np.float16)
+        return np.result_type(dtype, np.float16).newbyteorder("=")
     raise TypeError(
         f"softmax supports float16, bfloat16, float32, float64 and integer inputs, not {dtype}"
     )
@@ -158,7 +159,7 @@ def _check_out(out, src, shape, dtype):
     arr = dst.array
     if arr.shape != tuple(shape):
         raise ValueError(f"out has shape {arr.shape}, the result has shape {tuple(shape)}")
-    if arr.dtype != dtype:
+    if arr.dtype.newbyteorder("=") != dtype:  # either byte order: the store swaps the bytes
         raise TypeError(f"out has dtype {arr.dtype}, the result has dtype {dtype}")
     if src.on_gpu and arr.device.id != src.array.device.id:
         raise ValueError(f"out is on device {arr.device.id}, x on device {src.array.device.id}")

@@ -206,3 +206,20 @@ def test_out_that_is_not_an_array(xp, out):
         cusoftmax.softmax(xp.asarray([1.0, 2.0]), out=out)
     if isinstance(out, list):
         assert out == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+def test_byte_order(order):
+    """The result is in native byte order (as SciPy's); out= may be in either (as numpy.exp)."""
+    x = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0]], order + "f4")
+    expect = cusoftmax.softmax(x.astype(np.float32))
+    y = cusoftmax.softmax(x)
+    assert y.dtype == np.float32 and y.dtype.isnative
+    assert_same_bits(y, expect)
+    for out in (np.empty(x.shape, "<f4"), np.empty(x.shape, ">f4")):
+        assert cusoftmax.softmax(x, out=out) is out
+        np.testing.assert_array_equal(out, expect)
+    with pytest.raises(TypeError, match="dtype"):
+        cusoftmax.softmax(x, out=np.empty(x.shape, order + "f8"))
+    yi = cusoftmax.softmax(np.arange(6, dtype=order + "i2").reshape(2, 3))
+    assert yi.dtype == np.float32 and yi.dtype.isnative
