@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _arrays, _dispatch, _host, _kernels
+from ._dispatch import METHODS
 from ._layout import collapse, normalize_axes
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -78,8 +79,9 @@ def softmax(x, axis=-1, *, out=None, method=None):
     TypeError
         For bool, complex or other non-numeric dtypes, or an `out` of the wrong dtype or kind.
     ValueError
-        If a reduced axis has length 0, `out` has the wrong shape or device, or `method`
-        cannot run on this input.
+        If a reduced axis has length 0, `out` has the wrong shape or device, or `method` is
+        not one of the names above (checked for every input), is given for an input computed
+        on the host, or cannot run on this input.
 
     Notes
     -----
@@ -132,6 +134,9 @@ class Call(NamedTuple):
 def prepare(x, axis, out, method, op: str) -> Call:
     """The argument rules shared by the functions that reduce slices of `x` (`op` names the
     function in messages): every check runs here, before anything is computed or written."""
+    if method is not None and method not in METHODS:
+        raise ValueError(f"method must be None or one of {', '.join(map(repr, METHODS))}, "
+                         f"got {method!r}")
     src = _arrays.adapt(x)
     arr = src.array
     dtype = result_dtype(arr.dtype)

@@ -199,6 +199,14 @@ def test_method_is_for_gpu_inputs():
         cusoftmax.softmax(np.ones(3), method="registers")
 
 
+@pytest.mark.parametrize("method", ["bogus", 3, "Registers", ""])
+def test_unknown_method_lists_the_methods(xp, method):
+    """Checked before the host/GPU split: the same ValueError on both."""
+    with pytest.raises(ValueError, match="registers.*online") as info:
+        cusoftmax.softmax(xp.ones((2, 3)), method=method)
+    assert repr(method) in str(info.value)
+
+
 @pytest.mark.parametrize("out", [[0.0, 0.0], (0.0, 0.0), 0.0, np.float64(0.0)])
 def test_out_that_is_not_an_array(xp, out):
     """As numpy.exp: an out that is not an array is a TypeError, never silently dropped."""
