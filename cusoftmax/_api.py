@@ -5,26 +5,42 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 from . import _arrays, _dispatch, _host, _kernels
 from ._dispatch import METHODS
 from ._layout import collapse, normalize_axes
 
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
+# Float types kept by the result. The kernels take GPU_FLOATS; the host also computes
+# longdouble (in longdouble, where it is wider than float64) and ml_dtypes' 8-bit floats (in
+# float32, one rounding at the store, as the half types).
+GPU_FLOATS = ("float16", "bfloat16", "float32", "float64")
+LONGDOUBLE = np.dtype(np.longdouble)
+FLOAT8 = tuple(n for n in ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+                           "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
+               if hasattr(ml_dtypes, n))
+HOST_FLOATS = FLOAT8 + ((LONGDOUBLE.name,) if LONGDOUBLE.name not in GPU_FLOATS else ())
+_SUPPORTED = (f"float16, bfloat16, float32, float64 and integers (GPU and host), longdouble "
+              f"and {', '.join(FLOAT8)} (host only)")
 
 
-def result_dtype(dtype) -> np.dtype:
+def result_dtype(dtype, on_gpu: bool = False) -> np.dtype:
     """The result's dtype, in native byte order (as NumPy's ufuncs make theirs): floats keep
-    theirs, integers promote as NumPy's ``exp`` does."""
+    theirs, integers promote as NumPy's ``exp`` does. ``on_gpu``: refuse the host-only types."""
     dtype = np.dtype(dtype)
-    if dtype.name in _FLOATS:
+    if dtype.name in GPU_FLOATS:
+        return dtype.newbyteorder("=")
+    if dtype.name in HOST_FLOATS:
+        if on_gpu:
+            raise TypeError(f"{dtype} is computed on the host only: pass a NumPy array")
         return dtype.newbyteorder("=")
     if dtype.kind in "iu":
         return np.result_type(dtype, np.float16).newbyteorder("=")
-    raise TypeError(
-        f"softmax supports float16, bfloat16, float32, float64 and integer inputs, not {dtype}"
-    )
+    if dtype.name == "float8_e8m0fnu":  # powers of two only
+        raise TypeError(f"{dtype} holds no zero (the result of -inf entries and of tiny ones); "
+                        f"softmax supports {_SUPPORTED}")
+    raise TypeError(f"softmax supports {_SUPPORTED}, not {dtype}")
 
 
 # Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, axis type,
@@ -46,7 +62,11 @@ def softmax(x, axis=-1, *, out=None, method=None):
         A CuPy array; a PyTorch, JAX or Numba CUDA array (taken without a copy through DLPack
         or ``__cuda_array_interface__``); or a NumPy array or anything ``numpy.asarray``
         accepts, computed on the host. float16, bfloat16 (``ml_dtypes``), float32 and float64
-        keep their dtype; integers are promoted as ``numpy.exp`` promotes them.
+        keep their dtype; integers are promoted as ``numpy.exp`` promotes them. On the host
+        only: longdouble (computed in longdouble) and the 8-bit floats of ``ml_dtypes``
+        (``float8_e4m3fn``, ``float8_e5m2``, ...; computed in float32 and rounded once to their
+        type; not ``float8_e8m0fnu``, which holds no zero). A non-native byte order gives a
+        result in native order.
     axis : int, tuple of ints or None, optional
         The axis or axes of each slice (negative counts from the end). ``None`` takes all
         elements as one slice. Default ``-1``.
@@ -77,7 +97,9 @@ def softmax(x, axis=-1, *, out=None, method=None):
     numpy.exceptions.AxisError
         If an axis is out of range.
     TypeError
-        For bool, complex or other non-numeric dtypes, or an `out` of the wrong dtype or kind.
+        For bool, complex or other non-numeric dtypes, a host-only float type in a GPU array,
+        an `axis` that is not an integer (bool included), or an `out` that is not an array
+        or has the wrong dtype or kind.
     ValueError
         If a reduced axis has length 0, `out` has the wrong shape or device, or `method` is
         not one of the names above (checked for every input), is given for an input computed
@@ -139,7 +161,7 @@ def prepare(x, axis, out, method, op: str) -> Call:
                          f"got {method!r}")
     src = _arrays.adapt(x)
     arr = src.array
-    dtype = result_dtype(arr.dtype)
+    dtype = result_dtype(arr.dtype, src.on_gpu)
     axes = normalize_axes(axis, arr.ndim)
     if any(arr.shape[a] == 0 for a in axes):
         raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")

@@ -2,13 +2,15 @@
 
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
+import scipy.special
 from hypothesis import given
 from hypothesis import strategies as st
 
 import cusoftmax
-from _support import BF16, assert_same_bits, FLOAT_DTYPES, assert_softmax, assert_sums_to_one, build, make_values, to_host, views
+from _support import GPU_REASON, BF16, assert_same_bits, FLOAT_DTYPES, assert_softmax, assert_sums_to_one, build, make_values, to_host, views
 
 
 
@@ -110,16 +112,79 @@ def test_repeated_axis(xp):
         cusoftmax.softmax(xp.ones((2, 3)), axis=(1, -1))
 
 
+SUPPORTED = "float16, bfloat16, float32, float64.*integers.*longdouble.*float8_e4m3fn.*float8_e5m2"
+
+
 @pytest.mark.parametrize("dtype", ["bool", "complex64", "complex128"])
 def test_unsupported_dtypes_name_the_dtype(xp, dtype):
-    with pytest.raises(TypeError, match=dtype):
+    with pytest.raises(TypeError, match=dtype) as info:
         cusoftmax.softmax(xp.ones((2, 3), dtype=dtype))
+    info.match(SUPPORTED)
 
 
 def test_object_and_string_dtypes():
     for x in (np.array(["a", "b"]), np.array([1, None], dtype=object)):
-        with pytest.raises(TypeError, match=str(x.dtype)):
+        with pytest.raises(TypeError, match=str(x.dtype)) as info:
             cusoftmax.softmax(x)
+        info.match(SUPPORTED)
+
+
+FLOAT8 = [np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
+          if n.startswith("float8_") and n != "float8_e8m0fnu"]
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_types_on_the_host(dtype):
+    """Computed in float32, one rounding to the float8 type at the store (as the half types)."""
+    unsigned = ml_dtypes.finfo(dtype).min >= 0
+    v = make_values(np.random.default_rng(3), (9, 37), np.dtype(np.float32), scale=2.0)
+    v[4, 5] = np.nan  # one slice of NaN beside normal ones
+    x = (np.abs(v) if unsigned else v).astype(dtype)
+    y = cusoftmax.softmax(x)
+    assert y.dtype == dtype
+    assert_softmax(y, x, -1)
+    assert_same_bits(y, cusoftmax.softmax(x.astype(np.float32)).astype(dtype))
+    assert np.isnan(y[4].astype(np.float32)).all() and not np.isnan(y[:4].astype(np.float32)).any()
+    assert_softmax(cusoftmax.softmax(x.T, axis=0), x.T, 0)
+
+
+def test_float8_without_a_zero_is_refused():
+    """float8_e8m0fnu (powers of two only) holds no 0 for the -inf entries and tiny values."""
+    x = np.ones(3, ml_dtypes.float8_e8m0fnu)
+    with pytest.raises(TypeError, match="float8_e8m0fnu.*zero"):
+        cusoftmax.softmax(x)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps,
+                    reason="longdouble is float64 here")
+def test_longdouble_on_the_host():
+    """Computed in longdouble (as SciPy): closer to SciPy's longdouble result than float64 gets."""
+    x = make_values(np.random.default_rng(4), (5, 300), np.dtype(np.float64)).astype(np.longdouble)
+    x += np.longdouble(1) / 3  # values float64 cannot hold
+    y = cusoftmax.softmax(x)
+    assert y.dtype == np.longdouble
+    assert_softmax(y, x, -1)
+    with np.errstate(all="ignore"):
+        ref = scipy.special.softmax(x, axis=-1)
+    np.testing.assert_allclose(y, ref, rtol=4 * float(np.finfo(np.longdouble).eps), atol=0)
+    assert_softmax(cusoftmax.softmax(x, axis=0), x, 0)
+
+
+@pytest.mark.parametrize("dtype", FLOAT8[:2] + [np.dtype(np.longdouble)], ids=str)
+def test_host_only_types_on_the_gpu(dtype):
+    """A GPU array of a type no kernel takes is a TypeError that says to use the host."""
+    if GPU_REASON is not None:
+        pytest.skip(f"needs a GPU: {GPU_REASON}")
+    import cupy
+
+    if dtype == np.float64:
+        pytest.skip("longdouble is float64 here")
+    try:
+        x = cupy.zeros(4, dtype)
+    except Exception as e:  # CuPy holds no array of this type: nothing to refuse
+        pytest.skip(f"CuPy has no {dtype} arrays ({type(e).__name__}: {e})")
+    with pytest.raises(TypeError, match=f"{dtype}.*host only"):
+        cusoftmax.softmax(x)
 
 
 @pytest.mark.parametrize(
