@@ -316,3 +316,22 @@ def test_float32_host_sums_of_long_slices(layout):
     y = cusoftmax.softmax(x, axis=axis)
     sums = np.sum(y, axis=axis, dtype=np.float64)
     assert np.abs(sums - 1).max() <= 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int16"])
+@pytest.mark.parametrize("layout", ["rows", "F order", "3-D, outer axis last"])
+def test_host_pieces_give_the_whole_arrays_bits(monkeypatch, dtype, layout):
+    """The host path runs big arrays of rows in pieces that stay in cache: bitwise the result of
+    one pass over the whole array."""
+    from cusoftmax import _host
+
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    v = make_values(np.random.default_rng(6), (300, 1001), dt, specials=0.01)
+    x, axis = {"rows": (v, 1), "F order": (np.asfortranarray(v.T), 0),
+               "3-D, outer axis last": (v.reshape(300, 7, 143).transpose(1, 0, 2), 2)}[layout]
+    monkeypatch.setattr(_host, "PIECE_BYTES", 2**14)
+    pieces = cusoftmax.softmax(x, axis=axis)
+    assert len(_host._pieces(np.empty_like(x, np.float32), (axis,))[0]) > 10
+    monkeypatch.setattr(_host, "PIECE_BYTES", 2**40)
+    assert_same_bits(pieces, cusoftmax.softmax(x, axis=axis))
+    assert_softmax(pieces, x, axis, cusoftmax._api.result_dtype(x.dtype))
