@@ -2,8 +2,10 @@
 
 One new array of the compute type holds ``x - max``, then ``exp`` of it, then the quotient, all
 in place (SciPy's softmax allocates three such arrays); a result of a narrower type is the
-quotient stored into it, rounded once. Where each slice is one contiguous run, the passes go
-over pieces of whole slices of about PIECE_BYTES, so that a piece stays in cache between them.
+quotient stored into it, rounded once. The passes go over pieces of about PIECE_BYTES, so that a
+piece stays in cache from one pass to the next: pieces of whole slices where each slice is one
+contiguous run (rows), pieces along the axis for one strided axis (there the max and the
+quotient take the whole array, as they need every piece).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from ._layout import collapse
 # terms). A strided float32 axis is therefore summed in blocks of BLOCK terms (15 ulps, 9e-7,
 # at most), and the blocks' sums in float64.
 BLOCK = 16
-# Pieces of 0.5 to 2 MiB ran 1.2x faster than whole arrays on rows of 1000 float32 (and 1.05 to
-# 1.2x on other row cases); smaller ones lose to the calls' overhead.
+# Pieces of 0.5 to 2 MiB ran 1.2x faster than whole arrays on rows of 1000 float32 (1.05 to
+# 1.2x on the other rows and on axis 0 of 1000 x 4096); smaller ones lose to the calls' overhead.
 PIECE_BYTES = 1 << 20
 
 
@@ -31,53 +33,76 @@ def softmax(x: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     compute = np.dtype(dtype if dtype in (np.float64, np.longdouble) else np.float32)
     e = np.empty_like(x, dtype=compute)  # x's memory order (K): no transposing copy
     y = e if dtype == compute else np.empty_like(e, dtype=dtype)
-    pieces, sums = _pieces(e, axes)
+    n = math.prod(e.shape[a] for a in axes)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        for p in pieces:
-            xp, ep = x[p], e[p]
-            if xp.dtype != compute:  # NumPy's max of a half type is slower than the cast
-                np.copyto(ep, xp)
-                xp = ep
-            np.subtract(xp, np.max(xp, axis=axes, keepdims=True), out=ep)
-            np.exp(ep, out=ep)
-            np.divide(ep, sums(ep, axes), out=y[p], casting="unsafe")  # one rounding to dtype
+        if _rows(e, axes):
+            for p in _row_pieces(e, axes):
+                _slices(x[p], e[p], y[p], axes, _sums)
+        elif n > BLOCK and len(axes) == 1:
+            _along(x, e, y, axes[0])
+        else:
+            _slices(x, e, y, axes, _float64_sums if compute == np.float32 and n > BLOCK else _sums)
     return y
 
 
-def _pieces(e: np.ndarray, axes: tuple[int, ...]):
-    """The pieces of ``e`` (index tuples, each whole slices) and how to sum a piece's slices."""
-    n = math.prod(e.shape[a] for a in axes)
-    rows = False
-    if e.nbytes > PIECE_BYTES or (e.dtype == np.float32 and n > BLOCK):
-        strides = tuple(s // e.itemsize for s in e.strides)
-        layout = collapse(e.shape, strides, strides, axes)
-        rows = layout is not None and layout.rows  # each slice one contiguous run
-    sums = _strided_sums if e.dtype == np.float32 and n > BLOCK and not rows else _sums
+def _slices(x, e, y, axes, sums) -> None:
+    """Softmax of whole slices of x into y, through e."""
+    if x.dtype != e.dtype:  # NumPy's max of a half type is slower than the cast
+        np.copyto(e, x)
+        x = e
+    np.subtract(x, np.max(x, axis=axes, keepdims=True), out=e)
+    np.exp(e, out=e)
+    np.divide(e, sums(e, axes), out=y, casting="unsafe")  # one rounding to y's dtype
+
+
+def _along(x, e, y, a: int) -> None:
+    """Softmax over one strided axis ``a``: ``x - max``, exp and the partial sums in pieces
+    along the axis (float32 ones in blocks of BLOCK terms, added in float64)."""
+    if x.dtype != e.dtype:
+        np.copyto(e, x)
+        x = e
+    m = np.max(x, axis=a, keepdims=True)
+    s = np.zeros(m.shape, np.float64 if e.dtype == np.float32 else e.dtype)
+    xv, ev, mv, sv = (np.moveaxis(v, a, 0) for v in (x, e, m, s))
+    n = ev.shape[0]
+    step = max(BLOCK, PIECE_BYTES * n // e.nbytes // BLOCK * BLOCK)
+    for i in range(0, n, step):
+        ep = ev[i : i + step]
+        np.subtract(xv[i : i + step], mv, out=ep)
+        np.exp(ep, out=ep)
+        if e.dtype != np.float32:
+            sv += np.sum(ep, axis=0)
+            continue
+        q = len(ep) // BLOCK * BLOCK
+        sv += np.sum(np.sum(ep[:q].reshape(-1, BLOCK, *ep.shape[1:]), axis=1), axis=0,
+                     dtype=np.float64)
+        if q < len(ep):
+            sv += np.sum(ep[q:], axis=0, dtype=np.float64)
+    np.divide(e, s.astype(e.dtype), out=y, casting="unsafe")
+
+
+def _rows(e, axes) -> bool:
+    """Whether each slice of e is one contiguous run (NumPy then sums it pairwise)."""
+    strides = tuple(s // e.itemsize for s in e.strides)
+    layout = collapse(e.shape, strides, strides, axes)
+    return layout is not None and layout.rows
+
+
+def _row_pieces(e, axes) -> list:
+    """Index tuples cutting e into pieces of whole slices of about PIECE_BYTES each, along the
+    kept axis outermost in memory."""
     kept = [d for d in range(e.ndim) if d not in axes and e.shape[d] > 1]
-    if not rows or not kept:
-        return [...], sums
-    k = max(kept, key=lambda d: abs(e.strides[d]))  # the outermost in memory
+    if not kept:
+        return [...]
+    k = max(kept, key=lambda d: abs(e.strides[d]))
     step = max(1, PIECE_BYTES * e.shape[k] // e.nbytes)
-    if step >= e.shape[k]:
-        return [...], sums
     head = (slice(None),) * k
-    return [(*head, slice(i, i + step)) for i in range(0, e.shape[k], step)], sums
+    return [(*head, slice(i, i + step)) for i in range(0, e.shape[k], step)]
 
 
-def _sums(e: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def _sums(e, axes):
     return np.sum(e, axis=axes, keepdims=True)
 
 
-def _strided_sums(e: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """Each float32 slice's sum (keepdims) where NumPy would add term after term."""
-    if len(axes) > 1:
-        return np.sum(e, axis=axes, keepdims=True, dtype=np.float64).astype(np.float32)
-    (a,) = axes
-    v = np.moveaxis(e, a, 0)
-    n = v.shape[0]
-    q = n // BLOCK
-    blocks = np.sum(v[: q * BLOCK].reshape(q, BLOCK, *v.shape[1:]), axis=1)
-    s = np.sum(blocks, axis=0, dtype=np.float64)
-    if q * BLOCK < n:
-        s += np.sum(v[q * BLOCK :], axis=0, dtype=np.float64)
-    return np.expand_dims(s.astype(np.float32), a)
+def _float64_sums(e, axes):
+    return np.sum(e, axis=axes, keepdims=True, dtype=np.float64).astype(e.dtype)
