@@ -11,7 +11,8 @@ is checked against a float64 reference before it is timed: a wrong cusoftmax res
 timed; a peer outside cusoftmax's accuracy bound is timed and marked '*'.
 
 ``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
-clock, the two taken in turn (median of the repeats); it needs no GPU.
+clock, the two taken in turn, each timed call after an untimed one of its own (median of the
+repeats); it needs no GPU.
 """
 
 from __future__ import annotations
@@ -267,10 +268,9 @@ def _host_main(args):
         fns = {"ours": lambda: cusoftmax.softmax(x, axis=axis),
                "scipy": lambda: scipy.special.softmax(x, axis=axis)}
         times = {k: [] for k in fns}
-        for fn in fns.values():
-            fn()
         for _ in range(repeat):
             for k, fn in fns.items():  # in turn: a drift of the host's speed reaches both
+                fn()  # the memory the other one freed is reused as in a loop of this call
                 t0 = time.perf_counter()
                 fn()
                 times[k].append((time.perf_counter() - t0) * 1e3)
