@@ -114,8 +114,8 @@ def softmax(x, axis=-1, *, out=None, method=None):
     As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
     all NaN, and -inf entries of other slices give 0. GPU work runs on CuPy's current stream.
     Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when
-    stored. On the host, float32 sums stay within a few ulps at any length (pairwise along a
-    contiguous run, in float64 over blocks of 16 terms along a strided axis).
+    stored. On the host, float32 sums stay within a few ulps at any length: pairwise along a
+    contiguous run, else float32 blocks of at most 16 terms added in float64.
 
     Examples
     --------
