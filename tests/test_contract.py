@@ -343,3 +343,23 @@ def test_host_pieces_agree_with_one_pass(monkeypatch, dtype, layout):
     else:
         assert cut > 10
         assert_same_bits(pieces, whole)
+
+
+def test_host_float16_store_rounds_as_numpy_casts():
+    """The host's store to float16 (small values rounded to float16's grid first) gives the
+    bits of NumPy's float32 -> float16 cast, ties and subnormals included."""
+    from cusoftmax import _host
+
+    rng = np.random.default_rng(7)
+    bits = np.concatenate([
+        rng.integers(0, 0x3F800001, 2**20, dtype=np.uint32),  # [0, 1]
+        np.arange(0x32800000, 0x39800000, 997, dtype=np.uint32),  # 2**-26 .. 2**-12
+        np.array([0x7FC00000, 0xFFC00000, 0x7F800000], np.uint32),  # NaN, -NaN, inf
+    ])
+    ties = (np.arange(4096, dtype=np.float32) + np.float32(0.5)) * np.float32(2**-24)
+    e = np.concatenate([bits.view(np.float32), ties])
+    y = np.empty(e.shape, np.float16)
+    with np.errstate(all="ignore"):
+        expect = e.astype(np.float16)
+        _host._quotient(e.copy(), np.float32(1), y)
+    assert_same_bits(y, expect)
