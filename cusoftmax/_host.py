@@ -99,6 +99,8 @@ def _quotient(e, s, y) -> None:
 
 def _rows(e, axes) -> bool:
     """Whether each slice of e is one contiguous run (NumPy then sums it pairwise)."""
+    if e.flags.c_contiguous and axes == tuple(range(e.ndim - len(axes), e.ndim)):
+        return True
     strides = tuple(s // e.itemsize for s in e.strides)
     layout = collapse(e.shape, strides, strides, axes)
     return layout is not None and layout.rows
@@ -108,7 +110,7 @@ def _row_pieces(e, axes) -> list:
     """Index tuples cutting e into pieces of whole slices of about PIECE_BYTES each, along the
     kept axis outermost in memory."""
     kept = [d for d in range(e.ndim) if d not in axes and e.shape[d] > 1]
-    if not kept:
+    if not kept or e.nbytes <= PIECE_BYTES:
         return [...]
     k = max(kept, key=lambda d: abs(e.strides[d]))
     step = max(1, PIECE_BYTES * e.shape[k] // e.nbytes)
