@@ -22,7 +22,7 @@ TOLERANCE.setdefault(LONGDOUBLE.name, TOLERANCE["float64"])
 # 8-bit floats, computed in float32 with one rounding at the store: half an ulp relative,
 # 2**-(mantissa bits + 1), in the normal range; half the smallest subnormal below it (the
 # float32 error on top, about 1e-7 relative, is far inside both).
-for _name in FLOAT8:
+for _name in filter(lambda n: hasattr(ml_dtypes, n), FLOAT8):
     _fi = ml_dtypes.finfo(getattr(ml_dtypes, _name))
     TOLERANCE[_name] = (2.0 ** -(_fi.nmant + 1), float(_fi.smallest_subnormal) / 2)
 

@@ -5,21 +5,20 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from . import _arrays, _dispatch, _host, _kernels
 from ._dispatch import METHODS
 from ._layout import collapse, normalize_axes
 
-# Float types kept by the result. The kernels take GPU_FLOATS; the host also computes
-# longdouble (in longdouble, where it is wider than float64) and ml_dtypes' 8-bit floats (in
-# float32, one rounding at the store, as the half types).
+# Float types kept by the result, by dtype name (ml_dtypes is not imported for them: an input
+# of its types comes from a caller that imported it). The kernels take GPU_FLOATS; the host
+# also computes longdouble (in longdouble, where it is wider than float64) and ml_dtypes' 8-bit
+# floats (in float32, one rounding at the store, as the half types).
 GPU_FLOATS = ("float16", "bfloat16", "float32", "float64")
 LONGDOUBLE = np.dtype(np.longdouble)
-FLOAT8 = tuple(n for n in ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
-                           "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
-               if hasattr(ml_dtypes, n))
+FLOAT8 = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+          "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
 HOST_FLOATS = FLOAT8 + ((LONGDOUBLE.name,) if LONGDOUBLE.name not in GPU_FLOATS else ())
 _SUPPORTED = (f"float16, bfloat16, float32, float64 and integers (GPU and host), longdouble "
               f"and {', '.join(FLOAT8)} (host only)")
