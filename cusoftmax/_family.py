@@ -116,7 +116,7 @@ def _finish(c: _api.Call, out, y):
 def forward(op: str, c: _api.Call, out, where, scale, method):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
     sends here what its kernels do not take)."""
-    _no_method(method, c, op)
+    _no_method(method, c, "softmax with where= or scale=" if op == "softmax" else op)
     w, s = _where(where, c), _scale(scale, c)
     xp = _xp(c)
     with _on_device(c):

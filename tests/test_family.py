@@ -328,6 +328,14 @@ def test_out_for_every_function(xp):
     assert (to_host(pair[1]) == 1).all()
 
 
+def test_other_axis_of_length_zero(xp):
+    x = xp.ones((2, 0, 4), np.float32)
+    for y in (cusoftmax.log_softmax(x), cusoftmax.softmax(x, where=xp.ones(4, bool)),
+              cusoftmax.softmax_vjp(x, x), cusoftmax.log_softmax_vjp(x, x, axis=(0, 2))):
+        assert type(y) is type(x) and y.shape == x.shape and y.dtype == np.float32
+    assert cusoftmax.logsumexp(x, (0, 2), keepdims=True).shape == (1, 0, 1)
+
+
 def _bad_calls(xp):
     """(function of out, out, error) for arguments that must be refused before any write."""
     x = xp.ones((3, 4), np.float32)
