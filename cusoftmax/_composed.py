@@ -113,7 +113,8 @@ def state(xp, x, axes, *, where=None, scale=None, b=None) -> State:
         # Shifted by 0 where m is -inf, so left-out positions (-inf) give exp(-inf) = 0, not
         # NaN; on the top positions exp(v - m) is 1 or NaN (inf - inf): they are in c, not s.
         rest = xp.exp(vk - xp.where(m == -inf, compute.type(0), m))
-        rest = rest if w is None else rest * w
+        # Left-out weights as 0: an inf or NaN weight where `where` is False adds nothing.
+        rest = rest if w is None else rest * xp.where(keep, w, acc.type(0))
         s = xp.sum(xp.where(top, acc.type(0), rest), axis=axes, keepdims=True, dtype=acc)
         if w is not None:
             # +inf with weights of both signs is inf - inf: NaN, whatever their sum.

@@ -113,6 +113,13 @@ def test_state_of_special_slices(xp):
     assert s[0] == pytest.approx(np.exp(-1.0), rel=1e-15) and np.isnan(s[3])
 
 
+def test_weights_left_out_by_where_add_nothing(xp):
+    x = xp.asarray([[1.0, 2.0, 3.0]])
+    b = xp.asarray([1.0, np.nan, np.inf])
+    st_ = C.state(xp, x, (1,), where=xp.asarray([True, False, False]), b=b)
+    assert float(to_host(C.log_sum(xp, st_))[0, 0]) == 1.0
+
+
 def test_empty_side_is_the_identity(xp):
     full = C.state(xp, xp.asarray([[0.5, -2.0, 7.0]]), (1,))
     empty = C.state(xp, xp.asarray([[1.0, 2.0]]), (1,), where=xp.asarray([False, False]))
