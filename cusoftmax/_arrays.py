@@ -31,6 +31,12 @@ def _framework(obj) -> str:
     return type(obj).__module__.partition(".")[0]
 
 
+def is_dask(*objs) -> bool:
+    """Whether any of ``objs`` is a Dask collection (found by its type's module: dask itself is
+    imported only when one is passed)."""
+    return any(_framework(o) == "dask" for o in objs)
+
+
 def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any]:
     """How to hand a result back to ``framework`` (zero-copy through DLPack or the CUDA array
     interface). Unknown producers get the CuPy (or NumPy) array itself."""

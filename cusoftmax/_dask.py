@@ -1,0 +1,202 @@
+"""Dask arrays of CuPy or NumPy chunks: every function of the family, lazily.
+
+Reduced axes inside one chunk: the ordinary function on each chunk, one task a chunk (CuPy
+chunks take the GPU kernels). Reduced axes split over chunks: one read of each chunk for the
+State of its part of every slice, a tree merge of the states (``dask.array.reduction``), and one
+read and one write of each chunk to normalise from its slice's merged state; 2 reads + 1 write,
+no rechunking of the input and no slice gathered onto one worker. The VJPs likewise: the slice
+sums by a Dask reduction, then one pass per chunk.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import partial, reduce
+from numbers import Number
+
+import dask.array as da
+import numpy as np
+from dask.array.utils import meta_from_array
+
+import cusoftmax
+
+from . import _api, _arrays, _composed
+from ._layout import normalize_axes
+
+
+def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    return _normalized("softmax", x, axis, where, scale, out, method)
+
+
+def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    return _normalized("log_softmax", x, axis, where, scale, out, method)
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
+              scale=None, out=None):
+    a, axes, dtype = _checked(a, axis, out)
+    b, where, scale = (_aligned(v, a, name) for v, name in ((b, "b"), (where, "where"),
+                                                            (scale, "scale")))
+    reduced = _reduced_chunks(a, axes)
+    meta = meta_from_array(a._meta, a.ndim, dtype)
+    if _within_chunks(a, axes):
+        res = da.map_blocks(_on_chunk, a, b, where, scale, fn=cusoftmax.logsumexp,
+                            keys=("b", "where", "scale"), axis=axes, keepdims=True,
+                            return_sign=return_sign, chunks=reduced, meta=meta)
+    else:
+        res = _states(a, axes, b=b, where=where, scale=scale).map_blocks(
+            _log_sum, return_sign=return_sign, result=dtype, meta=meta)
+    outs = (res,) if not return_sign else tuple(
+        res.map_blocks(operator.itemgetter(i), meta=meta) for i in (0, 1))
+    if not keepdims:
+        outs = tuple(r.squeeze(axis=axes) for r in outs)
+    return outs if return_sign else outs[0]
+
+
+def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    return _vjp(False, y, dy, axis, where, out)
+
+
+def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    return _vjp(True, y, dy, axis, where, out)
+
+
+def _normalized(op, x, axis, where, scale, out, method):
+    """softmax or log_softmax (``op``) of Dask array ``x``."""
+    x, axes, dtype = _checked(x, axis, out)
+    where, scale = _aligned(where, x, "where"), _aligned(scale, x, "scale")
+    meta = meta_from_array(x._meta, x.ndim, dtype)
+    if _within_chunks(x, axes):
+        return da.map_blocks(_on_chunk, x, where, scale, fn=getattr(cusoftmax, op),
+                             keys=("where", "scale"), axis=axes, method=method, meta=meta)
+    if method is not None:
+        raise ValueError("method= chooses the kernel of whole slices; these slices are split "
+                         "over Dask chunks")
+    total = _states(x, axes, where=where, scale=scale)
+    return da.map_blocks(_normalize_chunk, x, total, where, scale, op=op, axes=axes, meta=meta)
+
+
+def _vjp(log, y, dy, axis, where, out):
+    y, axes, dtype = _checked(y, axis, out)
+    if dy.shape != y.shape:
+        raise ValueError(f"dy has shape {dy.shape}, y has shape {y.shape}")
+    dy, where = _aligned(dy, y, "dy").astype(y.dtype), _aligned(where, y, "where")
+    meta = meta_from_array(y._meta, y.ndim, dtype)
+    if _within_chunks(y, axes):
+        fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+        return da.map_blocks(_on_chunk, y, dy, where, fn=fn, keys=("where",), axis=axes,
+                             meta=meta)
+    reduced = _reduced_chunks(y, axes)
+    parts = da.map_blocks(_vjp_sum_chunk, y, dy, where, axes=axes, log=log, chunks=reduced,
+                          meta=meta)
+    total = parts.sum(axis=axes, keepdims=True)
+    return da.map_blocks(_vjp_chunk, y, dy, total, where, log=log, meta=meta)
+
+
+def _checked(x, axis, out):
+    """(x, its reduced axes, the result's dtype) after the argument rules of the family."""
+    if out is not None:
+        raise TypeError("out= cannot be used with Dask arrays: the result is a new lazy array")
+    if not isinstance(x, da.Array):
+        x = da.asarray(x)
+    meta = x._meta
+    if _module(meta) is np and not isinstance(meta, np.ndarray):
+        raise TypeError(f"Dask chunks must be CuPy or NumPy arrays, not {type(meta).__name__}")
+    dtype = _api.result_dtype(x.dtype)
+    axes = normalize_axes(axis, x.ndim)
+    if any(x.shape[a] == 0 for a in axes):
+        raise ValueError(f"reduction over an axis of length 0 (shape {x.shape}, axis {axis})")
+    return x.astype(dtype), axes, dtype
+
+
+def _aligned(v, x, name):
+    """``v`` broadcast to Dask array ``x``: in x's chunks and x's chunk type (a scalar as it is).
+    Only v is rechunked, never x; its dims of length 1 stay one chunk (a broadcast, no copy)."""
+    if v is None or isinstance(v, Number):
+        return v
+    xp = _module(x._meta)
+    if not isinstance(v, da.Array):
+        v = xp.asarray(v)
+    if v.ndim > x.ndim:
+        raise ValueError(f"{name} of shape {v.shape} does not broadcast to x's shape {x.shape}")
+    v = v[(None,) * (x.ndim - v.ndim)]
+    chunks = tuple((1,) if n == 1 else c for n, c in zip(v.shape, x.chunks))
+    try:
+        v = v.rechunk(chunks) if isinstance(v, da.Array) else da.from_array(v, chunks=chunks)
+        v = da.broadcast_to(v, x.shape, chunks=x.chunks)
+    except ValueError as e:
+        raise ValueError(f"{name} of shape {v.shape} and chunks {getattr(v, 'chunks', None)} "
+                         f"cannot be aligned with x's shape {x.shape} and chunks {x.chunks}: "
+                         f"{e}") from None
+    if _module(v._meta) is not xp:
+        v = v.map_blocks(xp.asarray, meta=meta_from_array(x._meta, v.ndim, v.dtype))
+    return v
+
+
+def _within_chunks(x, axes) -> bool:
+    return all(x.numblocks[a] == 1 for a in axes)
+
+
+def _reduced_chunks(x, axes):
+    """x's chunks with one chunk of length 1 per block along ``axes`` (a keepdims partial)."""
+    return tuple((1,) * n if i in axes else c for i, (c, n) in
+                 enumerate(zip(x.chunks, x.numblocks)))
+
+
+def _module(a):
+    """cupy for a CuPy array, else numpy."""
+    cupy = _arrays.cupy_or_none()
+    return cupy if cupy is not None and isinstance(a, cupy.ndarray) else np
+
+
+def _states(x, axes, **extras):
+    """The State of every slice over all of its chunks: a Dask array with one block (a State of
+    keepdims arrays) per block of the kept axes."""
+    reduced = _reduced_chunks(x, axes)
+    parts = da.map_blocks(_state_chunk, x, *extras.values(), keys=tuple(extras), axes=axes,
+                          chunks=reduced, meta=x._meta)
+    return da.reduction(parts, _state_as_is, _merged, combine=_merged, axis=axes,
+                        keepdims=True, concatenate=False, dtype=x.dtype, meta=x._meta)
+
+
+# Block functions: what each task runs.
+
+def _on_chunk(x, *arrays, fn, keys, **kw):
+    """``fn`` on one chunk; Dask aligns only positional arrays, so the keyword arrays come last
+    in the order of ``keys``."""
+    pos = len(arrays) - len(keys)
+    return fn(x, *arrays[:pos], **dict(zip(keys, arrays[pos:])), **kw)
+
+
+def _state_chunk(x, *arrays, keys, axes):
+    return _composed.state(_module(x), x, axes, **dict(zip(keys, arrays)))
+
+
+def _state_as_is(st, axis, keepdims):
+    return st
+
+
+def _merged(parts, axis, keepdims):
+    """The merge of the States in a nested list (one level per reduced axis)."""
+    states = _leaves(parts)
+    return reduce(partial(_composed.merge, _module(states[0].m)), states)
+
+
+def _leaves(parts):
+    return [s for p in parts for s in _leaves(p)] if isinstance(parts, list) else [parts]
+
+
+def _normalize_chunk(x, st, where, scale, *, op, axes):
+    return _composed.normalize(_module(x), op, x, st, axes, where=where, scale=scale)
+
+
+def _log_sum(st, return_sign, result):
+    return _composed.log_sum(_module(st.m), st, return_sign=return_sign, dtype=result)
+
+
+def _vjp_sum_chunk(y, dy, where, *, axes, log):
+    return _composed.vjp_sum(_module(y), y, dy, axes, where=where, log=log)
+
+
+def _vjp_chunk(y, dy, total, where, *, log):
+    return _composed.vjp(_module(y), y, dy, total, where=where, log=log)
