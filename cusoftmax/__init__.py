@@ -1,6 +1,7 @@
-"""cusoftmax: a fast, exact softmax for GPU arrays (CuPy, PyTorch, JAX, Numba) and NumPy."""
+"""cusoftmax: a fast, exact softmax family for GPU arrays (CuPy, PyTorch, JAX, Numba) and NumPy."""
 
 from ._api import softmax
+from ._family import log_softmax, log_softmax_vjp, logsumexp, softmax_vjp
 
-__all__ = ["softmax"]
+__all__ = ["softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp"]
 __version__ = "0.1.0"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _arrays, _host, _kernels, planning
+from . import _arrays, _family, _host, _kernels, planning
 from ._layout import collapse, normalize_axes
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -35,8 +36,8 @@ _fast_type = None
 _device = None
 
 
-def softmax(x, axis=-1, *, out=None, method=None):
-    """Softmax of `x` along `axis`: ``exp(x - max) / sum(exp(x - max))`` per slice.
+def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    """Softmax of ``scale * x`` along `axis`: ``exp(x - max) / sum(exp(x - max))`` per slice.
 
     Parameters
     ----------
@@ -48,12 +49,19 @@ def softmax(x, axis=-1, *, out=None, method=None):
     axis : int, tuple of ints or None, optional
         The axis or axes of each slice (negative counts from the end). ``None`` takes all
         elements as one slice. Default ``-1``.
+    where : bool array_like, optional
+        Broadcastable to `x` (never expanded in memory); False positions are left out of their
+        slice and give 0. A slice with no True position gives all zeros.
+    scale : scalar or array_like, optional
+        The softmax of ``scale * x`` (rounded to the compute type): a Python or NumPy real
+        scalar, or an array with one value a slice (broadcastable to the shape of `x` with the
+        reduced axes of length 1).
     out : array, optional
         Where to write the result: same shape as `x`, the result's dtype, the same framework
         and device. It may be `x` itself (in place). Checked before anything is written.
     method : {None, 'registers', 'flat', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
-        GPU only: force one kernel instead of the dispatcher's choice (for tests and
-        benchmarks). ``'registers'`` holds a row in registers (rows up to 16384 elements),
+        GPU only, without `where` and `scale`: force one kernel instead of the dispatcher's
+        choice (for tests and benchmarks). ``'registers'`` holds a row in registers (rows up to 16384 elements),
         ``'flat'`` stages runs of rows that lie back to back by 16-byte copies (rows up to 1024
         elements; other layouts are copied first), ``'tiles'`` stages several short rows per
         warp in shared memory, ``'block'`` holds a
@@ -75,15 +83,19 @@ def softmax(x, axis=-1, *, out=None, method=None):
     numpy.exceptions.AxisError
         If an axis is out of range.
     TypeError
-        For bool, complex or other non-numeric dtypes, or an `out` of the wrong dtype or kind.
+        For bool, complex or other non-numeric dtypes, an `out` of the wrong dtype or kind, a
+        `where` that is not bool or a `scale` that is not real.
     ValueError
-        If a reduced axis has length 0, `out` has the wrong shape or device, or `method`
-        cannot run on this input.
+        If a reduced axis has length 0, `out` has the wrong shape or device, `where` or `scale`
+        does not broadcast as above, or `method` cannot run on this input (with `where` or
+        `scale`, no kernel takes a `method` yet).
 
     Notes
     -----
     As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
-    all NaN, and -inf entries of other slices give 0. GPU work runs on CuPy's current stream.
+    all NaN, and -inf entries of other slices give 0 (for the unmasked positions, with
+    `where`). GPU work runs on CuPy's current stream; with `where` or `scale` it is computed by
+    array operations until a fused kernel takes them.
     Float16 and bfloat16 are computed in float32, with one rounding when stored.
 
     Examples
@@ -92,7 +104,7 @@ def softmax(x, axis=-1, *, out=None, method=None):
     >>> cusoftmax.softmax(np.array([0.0, np.log(3.0)]))
     array([0.25, 0.75])
     """
-    if type(x) is _fast_type and out is None and method is None:
+    if type(x) is _fast_type and out is None and method is None and where is None and scale is None:
         try:
             hit = _fast.get(_fast_key(x, axis))
         except TypeError:  # an unhashable axis (a list): the general path says what is wrong
@@ -101,13 +113,10 @@ def softmax(x, axis=-1, *, out=None, method=None):
             y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
             hit[1](x, y)
             return y
-    src = _arrays.adapt(x)
-    arr = src.array
-    dtype = result_dtype(arr.dtype)
-    axes = normalize_axes(axis, arr.ndim)
-    if any(arr.shape[a] == 0 for a in axes):
-        raise ValueError(f"softmax over an axis of length 0 (shape {arr.shape}, axis {axis})")
-    dst = _check_out(out, src, arr.shape, dtype)
+    c = prepare(x, axis, out, method, "softmax")
+    if where is not None or scale is not None:
+        return _family.forward("softmax", c, out, where, scale, method)
+    src, arr, axes, dtype, dst = c
     if not src.on_gpu:
         if method is not None:
             raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
@@ -121,6 +130,30 @@ def softmax(x, axis=-1, *, out=None, method=None):
         return src.wrap(y)
     _gpu(arr, axes, dst, dtype, method)
     return out
+
+
+class Call(NamedTuple):
+    """A call's arguments after every rule: what the computation needs and nothing else."""
+
+    src: _arrays.Adapted  # the input as adapted, with its framework's wrapper for the result
+    array: Any  # the input as a cupy.ndarray (GPU) or a numpy.ndarray (host)
+    axes: tuple[int, ...]  # the reduced axes, sorted and non-negative
+    dtype: np.dtype  # the result's dtype
+    out: Any  # the array behind `out` (same kind as `array`), or None
+
+
+def prepare(x, axis, out, method, op: str) -> Call:
+    """The argument rules shared by the functions that reduce slices of `x` (`op` names the
+    function in messages): every check runs here, before anything is computed or written."""
+    if method is not None and method not in planning.METHODS:
+        raise ValueError(f"method must be None or one of {planning.METHODS}, got {method!r}")
+    src = _arrays.adapt(x)
+    arr = src.array
+    dtype = result_dtype(arr.dtype)
+    axes = normalize_axes(axis, arr.ndim)
+    if any(arr.shape[a] == 0 for a in axes):
+        raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")
+    return Call(src, arr, axes, dtype, _check_out(out, src, arr.shape, dtype))
 
 
 def _check_out(out, src, shape, dtype):

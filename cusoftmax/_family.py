@@ -1,0 +1,338 @@
+"""The softmax family beyond plain softmax: log_softmax, logsumexp, the two VJPs, and softmax
+with ``where=`` or ``scale=``; the argument rules of `where`, `scale`, `b` and `dy`, written once.
+
+Host arrays are computed by ``_composed`` with NumPy; GPU arrays by ``_composed`` with CuPy (array
+operations on the current stream) until fused kernels take these operations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from . import _api, _arrays
+from . import _composed as C
+
+
+def _xp(c: _api.Call):
+    return _arrays.cupy_or_none() if c.src.on_gpu else np
+
+
+def _on_device(c: _api.Call):
+    return c.array.device if c.src.on_gpu else contextlib.nullcontext()
+
+
+def _operand(obj, c: _api.Call, name: str):
+    """`obj` as an array of the call's kind: a host array (or scalar, or list) goes to the GPU
+    with a GPU `x`; a GPU array with a host `x` is a TypeError."""
+    a = _arrays.adapt(obj)
+    if a.on_gpu and not c.src.on_gpu:
+        raise TypeError(f"{name} is a GPU array ({a.framework}) and x a host array")
+    if c.src.on_gpu and not a.on_gpu:
+        with c.array.device:
+            return _xp(c).asarray(a.array)
+    return a.array
+
+
+def _broadcasts(a, shape, name: str, what: str):
+    try:
+        ok = np.broadcast_shapes(a.shape, shape) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {a.shape} does not broadcast to {what} {tuple(shape)}")
+
+
+def _real(a, name: str, bool_ok=False):
+    """Real numbers: the dtypes softmax takes (bool too where `bool_ok`)."""
+    if a.dtype == np.bool_ and bool_ok:
+        return
+    try:
+        _api.result_dtype(a.dtype)
+    except TypeError:
+        raise TypeError(f"{name} must hold real numbers, not {a.dtype}") from None
+
+
+def _where(where, c: _api.Call):
+    """The mask in its own shape (a broadcast mask is never expanded)."""
+    if where is None:
+        return None
+    w = _operand(where, c, "where")
+    if w.dtype != np.bool_:
+        raise TypeError(f"where must be a bool array, not {w.dtype}")
+    _broadcasts(w, c.array.shape, "where", "x's shape")
+    return w
+
+
+def _scale(scale, c: _api.Call):
+    """A Python or NumPy scalar as it is; an array, one value a slice: broadcastable to the
+    shape of `x` with the reduced axes of length 1."""
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, np.bool_)):
+        raise TypeError("scale must be a real number, not bool")
+    if isinstance(scale, (int, float, np.integer, np.floating)):
+        return scale
+    s = _operand(scale, c, "scale")
+    _real(s, "scale")
+    shape = tuple(1 if d in c.axes else n for d, n in enumerate(c.array.shape))
+    _broadcasts(s, shape, "scale", "one value a slice: the shape")
+    return s
+
+
+def _weights(b, c: _api.Call):
+    if b is None:
+        return None
+    w = _operand(b, c, "b")
+    _real(w, "b", bool_ok=True)
+    _broadcasts(w, c.array.shape, "b", "a's shape")
+    return w
+
+
+def _grad(dy, c: _api.Call):
+    """`dy` of `y`'s shape and kind, in the result's dtype."""
+    g = _operand(dy, c, "dy")
+    _real(g, "dy")
+    if g.shape != c.array.shape:
+        raise ValueError(f"dy has shape {g.shape}, y has shape {c.array.shape}")
+    return g.astype(c.dtype, copy=False)
+
+
+def _no_method(method, c: _api.Call, op: str):
+    if method is None:
+        return
+    if not c.src.on_gpu:
+        raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
+    raise ValueError(f"method= chooses a fused kernel; none computes {op} yet (it runs as "
+                     f"array operations on the GPU)")
+
+
+def _finish(c: _api.Call, out, y):
+    """`out` where given (already written), else the result in the caller's framework."""
+    return out if out is not None else c.src.wrap(y)
+
+
+def forward(op: str, c: _api.Call, out, where, scale, method):
+    """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
+    sends here what its kernels do not take)."""
+    _no_method(method, c, op)
+    w, s = _where(where, c), _scale(scale, c)
+    xp = _xp(c)
+    with _on_device(c):
+        x = c.array.astype(c.dtype, copy=False)
+        st = C.state(xp, x, c.axes, where=w, scale=s)
+        y = C.normalize(xp, op, x, st, c.axes, where=w, scale=s, out=c.out)
+    return _finish(c, out, y)
+
+
+def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    """Log of the softmax of ``scale * x`` along `axis`: ``v - logsumexp(v)`` per slice.
+
+    Parameters
+    ----------
+    x : array_like
+        As for :func:`cusoftmax.softmax` (CuPy, PyTorch, JAX, Numba or NumPy arrays, the same
+        dtypes and promotion).
+    axis : int, tuple of ints or None, optional
+        The axis or axes of each slice; ``None`` for all elements. Default ``-1``.
+    where : bool array_like, optional
+        Broadcastable to `x` (never expanded in memory); False positions are left out of their
+        slice and give -inf. A slice with no True position gives all -inf.
+    scale : scalar or array_like, optional
+        The function applies to ``scale * x`` (rounded to the compute type): a Python or NumPy
+        real scalar, or an array with one value a slice (broadcastable to the shape of `x` with
+        the reduced axes of length 1).
+    out : array, optional
+        As for :func:`cusoftmax.softmax`; checked before anything is written.
+    method : None, optional
+        Validated as for :func:`cusoftmax.softmax`; no fused kernel computes log_softmax yet, so
+        any method is a ValueError.
+
+    Returns
+    -------
+    array
+        The log-softmax, in the framework of `x`, or `out`.
+
+    Raises
+    ------
+    numpy.exceptions.AxisError
+        If an axis is out of range.
+    TypeError
+        For unsupported dtypes (as softmax), a `where` that is not bool, a `scale` that is not
+        real, or a GPU `where`/`scale` with a host `x`.
+    ValueError
+        For a reduced axis of length 0, a `where` or `scale` that does not broadcast as above,
+        `out` of the wrong shape or device, or a `method`.
+
+    Notes
+    -----
+    The largest entry of a slice is ``-log1p(s)``, ``s`` the sum of the other terms over it, to
+    the dtype's accuracy even where that is far below the dtype's epsilon (``x - logsumexp(x)``
+    would round it to 0). Other entries and the special values follow ``x - logsumexp(x)`` as
+    SciPy's ``log_softmax``: a slice holding NaN is all NaN; with +inf, the +inf entries are NaN
+    and the others -inf; a slice of all -inf is all NaN. On the GPU this is computed by array
+    operations on CuPy's current stream until a fused kernel takes it. Half types are computed
+    in float32, float64 in float64.
+
+    Examples
+    --------
+    >>> import numpy as np, cusoftmax
+    >>> cusoftmax.log_softmax(np.array([0.0, -50.0]))
+    array([-1.92874985e-22, -5.00000000e+01])
+    """
+    return forward("log_softmax", _api.prepare(x, axis, out, method, "log_softmax"), out,
+                   where, scale, method)
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
+              scale=None, out=None):
+    """``log(sum(b * exp(scale * a)))`` over `axis`, as ``scipy.special.logsumexp``.
+
+    Parameters
+    ----------
+    a : array_like
+        As `x` of :func:`cusoftmax.softmax` (real floats or integers, any framework).
+    axis : int, tuple of ints or None, optional
+        The reduced axes; default ``None``, all elements.
+    b : array_like, optional
+        Real weights broadcastable to `a`, negative allowed (see `return_sign`). Positions with
+        ``b == 0`` are left out, an inf or NaN there included.
+    keepdims : bool, optional
+        Keep the reduced axes with length 1.
+    return_sign : bool, optional
+        Also return the sign of the sum: 1, -1, or 0 for a zero sum (whose log is -inf); NaN
+        where the result is NaN. Without it, a negative sum gives NaN.
+    where : bool array_like, optional
+        Broadcastable to `a`; False positions are left out. A slice with none left gives -inf.
+    scale : scalar or array_like, optional
+        The sum is over ``exp(scale * a)`` (rounded to the compute type); one value a slice, as
+        in :func:`log_softmax`.
+    out : array or tuple of two arrays, optional
+        Where to write the result (the log, and the sign with `return_sign`): the result's
+        shape and dtype, the same framework and device as `a`.
+
+    Returns
+    -------
+    res : array
+        The log of the sum's magnitude, in `a`'s result dtype (as softmax: floats keep
+        theirs, integers promote as ``numpy.exp``); a NumPy scalar for a 0-d NumPy result.
+    sgn : array
+        With `return_sign`: the sign, same shape and dtype.
+
+    Raises
+    ------
+    numpy.exceptions.AxisError
+        If an axis is out of range.
+    TypeError
+        For unsupported dtypes, a `where` that is not bool, a `b` or `scale` that is not real,
+        or `out` of the wrong dtype or kind.
+    ValueError
+        For a reduced axis of length 0, `b`, `where` or `scale` that do not broadcast, or `out`
+        of the wrong shape.
+
+    Notes
+    -----
+    Computed as ``m + log(c) + log1p(s / c)``, ``m`` the largest term, ``c`` the sum of the
+    weights at it and ``s`` the rest, so the dominant term loses nothing to rounding. As SciPy:
+    NaN in a slice gives NaN; +inf gives +inf (NaN where weights of both signs meet at +inf); a
+    slice of all -inf gives -inf. Unlike SciPy, the result's dtype is that of `a` (`b` does not
+    promote it), and positions with ``b == 0`` are left out even where the result is infinite.
+    On the GPU this runs as array operations on CuPy's current stream until a fused kernel takes
+    it.
+
+    Examples
+    --------
+    >>> import numpy as np, cusoftmax
+    >>> float(cusoftmax.logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]),
+    ...                           return_sign=True)[1])
+    -1.0
+    """
+    c = _api.prepare(a, axis, None, None, "logsumexp")
+    shape = tuple(1 if d in c.axes else n for d, n in enumerate(c.array.shape))
+    shape = shape if keepdims else tuple(n for d, n in enumerate(c.array.shape) if d not in c.axes)
+    dst = _log_sum_out(out, c, shape, return_sign)
+    w, s, wb = _where(where, c), _scale(scale, c), _weights(b, c)
+    xp = _xp(c)
+    with _on_device(c):
+        st = C.state(xp, c.array.astype(c.dtype, copy=False), c.axes, where=w, scale=s, b=wb)
+        res = C.log_sum(xp, st, return_sign, dtype=c.dtype)
+        res = tuple(r.reshape(shape) for r in (res if return_sign else (res,)))
+        if dst is not None:
+            for d, r in zip(dst, res):
+                xp.copyto(d, r)
+            return out
+    res = tuple(r[()] if c.src.framework == "numpy" and r.ndim == 0 else c.src.wrap(r)
+                for r in res)
+    return res if return_sign else res[0]
+
+
+def _log_sum_out(out, c: _api.Call, shape, return_sign):
+    """The arrays behind logsumexp's `out` (one, or two with `return_sign`), checked."""
+    if out is None:
+        return None
+    outs = out if return_sign else (out,)
+    if not isinstance(outs, tuple) or len(outs) != 1 + return_sign:
+        raise TypeError("out must be an array, or a tuple of two arrays with return_sign=True")
+    return tuple(_api._check_out(o, c.src, shape, c.dtype) for o in outs)
+
+
+def _vjp(y, dy, axis, where, out, log: bool, op: str):
+    c = _api.prepare(y, axis, out, None, op)
+    g, w = _grad(dy, c), _where(where, c)
+    xp = _xp(c)
+    with _on_device(c):
+        yy = c.array.astype(c.dtype, copy=False)
+        total = C.vjp_sum(xp, yy, g, c.axes, where=w, log=log)
+        dx = C.vjp(xp, yy, g, total, where=w, log=log, out=c.out)
+    return _finish(c, out, dx)
+
+
+_VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y` and the
+    gradient `dy` with respect to `y`: ``{formula}`` over each slice.
+
+    Parameters
+    ----------
+    y : array_like
+        The {fn} output (any framework and dtype that :func:`cusoftmax.softmax` takes).
+    dy : array_like
+        Same shape as `y`, same kind (host or GPU); cast to `y`'s result dtype.
+    axis : int, tuple of ints or None, optional
+        The axes {fn} reduced. Default ``-1``.
+    where : bool array_like, optional
+        The forward pass's mask: False positions are left out of the sum and give 0.
+    out : array, optional
+        As for :func:`cusoftmax.softmax`; may be `y` or `dy`.
+
+    Returns
+    -------
+    array
+        The gradient, in `y`'s framework and result dtype, or `out`.
+
+    Raises
+    ------
+    numpy.exceptions.AxisError
+        If an axis is out of range.
+    TypeError
+        For unsupported dtypes, a `where` that is not bool, or a `dy` of another kind.
+    ValueError
+        For a `dy` of another shape, a `where` that does not broadcast, or `out` of the wrong
+        shape.
+
+    Notes
+    -----
+    Sums accumulate in float64 (half types and float32 compute in float32). On the GPU this
+    runs as array operations on CuPy's current stream until a fused kernel takes it.
+    """
+
+
+def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    return _vjp(y, dy, axis, where, out, False, "softmax_vjp")
+
+
+def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    return _vjp(y, dy, axis, where, out, True, "log_softmax_vjp")
+
+
+softmax_vjp.__doc__ = _VJP_DOC.format(fn="softmax", formula="y * (dy - sum(dy * y))")
+log_softmax_vjp.__doc__ = _VJP_DOC.format(fn="log_softmax", formula="dy - exp(y) * sum(dy)")
