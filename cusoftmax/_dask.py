@@ -20,7 +20,7 @@ from dask.array.utils import meta_from_array
 
 import cusoftmax
 
-from . import _api, _arrays, _composed
+from . import _api, _arrays, _composed, _family
 from ._layout import normalize_axes
 
 
@@ -35,8 +35,8 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
               scale=None, out=None):
     a, axes, dtype = _checked(a, axis, out)
-    b, where, scale = (_aligned(v, a, name) for v, name in ((b, "b"), (where, "where"),
-                                                            (scale, "scale")))
+    b, where, scale = (_operand(v, a, axes, name) for v, name in ((b, "b"), (where, "where"),
+                                                                  (scale, "scale")))
     reduced = _reduced_chunks(a, axes)
     meta = meta_from_array(a._meta, a.ndim, dtype)
     if _within_chunks(a, axes):
@@ -64,7 +64,7 @@ def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 def _normalized(op, x, axis, where, scale, out, method):
     """softmax or log_softmax (``op``) of Dask array ``x``."""
     x, axes, dtype = _checked(x, axis, out)
-    where, scale = _aligned(where, x, "where"), _aligned(scale, x, "scale")
+    where, scale = _operand(where, x, axes, "where"), _operand(scale, x, axes, "scale")
     meta = meta_from_array(x._meta, x.ndim, dtype)
     if _within_chunks(x, axes):
         return da.map_blocks(_on_chunk, x, where, scale, fn=getattr(cusoftmax, op),
@@ -78,9 +78,7 @@ def _normalized(op, x, axis, where, scale, out, method):
 
 def _vjp(log, y, dy, axis, where, out):
     y, axes, dtype = _checked(y, axis, out)
-    if dy.shape != y.shape:
-        raise ValueError(f"dy has shape {dy.shape}, y has shape {y.shape}")
-    dy, where = _aligned(dy, y, "dy").astype(y.dtype), _aligned(where, y, "where")
+    dy, where = _operand(dy, y, axes, "dy").astype(dtype), _operand(where, y, axes, "where")
     meta = meta_from_array(y._meta, y.ndim, dtype)
     if _within_chunks(y, axes):
         fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
@@ -109,16 +107,40 @@ def _checked(x, axis, out):
     return x.astype(dtype), axes, dtype
 
 
-def _aligned(v, x, name):
-    """``v`` broadcast to Dask array ``x``: in x's chunks and x's chunk type (a scalar as it is).
-    Only v is rechunked, never x; its dims of length 1 stay one chunk (a broadcast, no copy)."""
-    if v is None or isinstance(v, Number):
+def _operand(v, x, axes, name):
+    """`where`, `scale`, `b` or `dy` (``name``) checked by the family's rules and aligned with
+    x's chunks (a scalar `scale` as it is)."""
+    if v is None:
+        return None
+    if name == "scale" and isinstance(v, (bool, np.bool_)):
+        raise TypeError("scale must be a real number, not bool")
+    if name == "scale" and isinstance(v, Number):
         return v
+    v = v if hasattr(v, "dtype") else np.asarray(v)
+    if any(n != n for n in v.shape):  # NaN: a Dask array's length unknown until computed
+        raise ValueError(f"{name} of shape {v.shape} cannot be aligned with x's chunks until its "
+                         f"chunk sizes are known (compute_chunk_sizes())")
+    if name == "where" and v.dtype != np.bool_:
+        raise TypeError(f"where must be a bool array, not {v.dtype}")
+    if name != "where":
+        _family._real(v, name, bool_ok=name == "b")
+    if name == "dy" and v.shape != x.shape:
+        raise ValueError(f"dy has shape {v.shape}, y has shape {x.shape}")
+    if name == "scale":
+        one = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+        _family._broadcasts(v, one, name, "one value a slice: the shape")
+    else:
+        _family._broadcasts(v, x.shape, name, "x's shape")
+    return _aligned(v, x, name)
+
+
+def _aligned(v, x, name):
+    """Array ``v`` (whose shape broadcasts to x's) broadcast to Dask array ``x``: in x's chunks
+    and x's chunk type. Only v is rechunked, never x; its dims of length 1 stay one chunk (a
+    broadcast, no copy)."""
     xp = _module(x._meta)
     if not isinstance(v, da.Array):
         v = xp.asarray(v)
-    if v.ndim > x.ndim:
-        raise ValueError(f"{name} of shape {v.shape} does not broadcast to x's shape {x.shape}")
     v = v[(None,) * (x.ndim - v.ndim)]
     chunks = tuple((1,) if n == 1 else c for n, c in zip(v.shape, x.chunks))
     try:
