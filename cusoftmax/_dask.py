@@ -34,7 +34,7 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
               scale=None, out=None):
-    a, axes, dtype = _checked(a, axis, out)
+    a, axes, dtype = _checked(a, axis, out, "logsumexp")
     b, where, scale = (_operand(v, a, axes, name) for v, name in ((b, "b"), (where, "where"),
                                                                   (scale, "scale")))
     reduced = _reduced_chunks(a, axes)
@@ -63,7 +63,7 @@ def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def _normalized(op, x, axis, where, scale, out, method):
     """softmax or log_softmax (``op``) of Dask array ``x``."""
-    x, axes, dtype = _checked(x, axis, out)
+    x, axes, dtype = _checked(x, axis, out, op)
     where, scale = _operand(where, x, axes, "where"), _operand(scale, x, axes, "scale")
     meta = meta_from_array(x._meta, x.ndim, dtype)
     if _within_chunks(x, axes):
@@ -77,21 +77,22 @@ def _normalized(op, x, axis, where, scale, out, method):
 
 
 def _vjp(log, y, dy, axis, where, out):
-    y, axes, dtype = _checked(y, axis, out)
+    y, axes, dtype = _checked(y, axis, out, "log_softmax_vjp" if log else "softmax_vjp")
     dy, where = _operand(dy, y, axes, "dy").astype(dtype), _operand(where, y, axes, "where")
     meta = meta_from_array(y._meta, y.ndim, dtype)
     if _within_chunks(y, axes):
         fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
         return da.map_blocks(_on_chunk, y, dy, where, fn=fn, keys=("where",), axis=axes,
                              meta=meta)
-    reduced = _reduced_chunks(y, axes)
-    parts = da.map_blocks(_vjp_sum_chunk, y, dy, where, axes=axes, log=log, chunks=reduced,
-                          meta=meta)
+    # The partial sums keep their accumulation type through Dask's sum (its dtype is the meta's).
+    acc = meta_from_array(y._meta, y.ndim, _composed.compute_types(dtype)[1])
+    parts = da.map_blocks(_vjp_sum_chunk, y, dy, where, axes=axes, log=log,
+                          chunks=_reduced_chunks(y, axes), meta=acc)
     total = parts.sum(axis=axes, keepdims=True)
     return da.map_blocks(_vjp_chunk, y, dy, total, where, log=log, meta=meta)
 
 
-def _checked(x, axis, out):
+def _checked(x, axis, out, op):
     """(x, its reduced axes, the result's dtype) after the argument rules of the family."""
     if out is not None:
         raise TypeError("out= cannot be used with Dask arrays: the result is a new lazy array")
@@ -103,7 +104,7 @@ def _checked(x, axis, out):
     dtype = _api.result_dtype(x.dtype)
     axes = normalize_axes(axis, x.ndim)
     if any(x.shape[a] == 0 for a in axes):
-        raise ValueError(f"reduction over an axis of length 0 (shape {x.shape}, axis {axis})")
+        raise ValueError(f"{op} over an axis of length 0 (shape {x.shape}, axis {axis})")
     return x.astype(dtype), axes, dtype
 
 

@@ -15,7 +15,8 @@ from dask.callbacks import Callback  # noqa: E402
 
 import cusoftmax  # noqa: E402
 from cusoftmax import _composed  # noqa: E402
-from _support import assert_softmax, make_values, to_host  # noqa: E402
+from cusoftmax._accuracy import TOLERANCE  # noqa: E402
+from _support import FLOAT_DTYPES, assert_softmax, make_values, to_host  # noqa: E402
 
 F64 = np.dtype(np.float64)
 RTOL, ATOL = 1e-12, 1e-13  # float64 results; VJP entries near 0 need the atol
@@ -85,6 +86,26 @@ def test_family_against_scipy(xp, compute, case):
     _close(got[3], sp.logsumexp(x, axis=axis, keepdims=True))
     _close(got[4], y * (dy - np.sum(dy * y, axis=axis, keepdims=True)))
     _close(got[5], dy - y * np.sum(dy, axis=axis, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", [d for d in FLOAT_DTYPES if d != F64], ids=str)
+def test_narrow_dtypes_as_the_ordinary_functions(dtype):
+    """float32 and the half types over a split axis: softmax within the dtype's bound, the rest
+    as the ordinary functions give them on the whole array (float64 sums either way)."""
+    rng = np.random.default_rng(6)
+    x, dy = make_values(rng, (3, 50), dtype), make_values(rng, (3, 50), dtype, 1.0)
+    y = cusoftmax.softmax(x)
+    dx, ddy, dyy = (da.from_array(a, chunks=(2, 9)) for a in (x, dy, y))
+    got = dask.compute(cusoftmax.softmax(dx), cusoftmax.log_softmax(dx),
+                       cusoftmax.logsumexp(dx, axis=1), cusoftmax.softmax_vjp(dyy, ddy),
+                       scheduler="threads")
+    assert_softmax(got[0], x, -1)
+    rtol = TOLERANCE[dtype.name][0]
+    for g, ref in zip(got[1:], (cusoftmax.log_softmax(x), cusoftmax.logsumexp(x, axis=1),
+                                cusoftmax.softmax_vjp(y, dy))):
+        assert g.dtype == dtype
+        ref = ref.astype(F64)
+        np.testing.assert_allclose(g.astype(F64), ref, rtol=rtol, atol=rtol * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("axis", [1, 0])
