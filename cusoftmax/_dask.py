@@ -21,7 +21,6 @@ from dask.array.utils import meta_from_array
 import cusoftmax
 
 from . import _api, _arrays, _composed, _family
-from ._layout import normalize_axes
 
 
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
@@ -63,7 +62,7 @@ def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def _normalized(op, x, axis, where, scale, out, method):
     """softmax or log_softmax (``op``) of Dask array ``x``."""
-    x, axes, dtype = _checked(x, axis, out, op)
+    x, axes, dtype = _checked(x, axis, out, op, method)
     where, scale = _operand(where, x, axes, "where"), _operand(scale, x, axes, "scale")
     meta = meta_from_array(x._meta, x.ndim, dtype)
     if _within_chunks(x, axes):
@@ -92,20 +91,19 @@ def _vjp(log, y, dy, axis, where, out):
     return da.map_blocks(_vjp_chunk, y, dy, total, where, log=log, meta=meta)
 
 
-def _checked(x, axis, out, op):
-    """(x, its reduced axes, the result's dtype) after the argument rules of the family."""
+def _checked(x, axis, out, op, method=None):
+    """(x in its result dtype, the reduced axes, the result's dtype) by the ordinary argument
+    rules, checked on a stand-in of x's shape and dtype (one element, broadcast)."""
     if out is not None:
         raise TypeError("out= cannot be used with Dask arrays: the result is a new lazy array")
     if not isinstance(x, da.Array):
         x = da.asarray(x)
-    meta = x._meta
-    if _module(meta) is np and not isinstance(meta, np.ndarray):
-        raise TypeError(f"Dask chunks must be CuPy or NumPy arrays, not {type(meta).__name__}")
-    dtype = _api.result_dtype(x.dtype)
-    axes = normalize_axes(axis, x.ndim)
-    if any(x.shape[a] == 0 for a in axes):
-        raise ValueError(f"{op} over an axis of length 0 (shape {x.shape}, axis {axis})")
-    return x.astype(dtype), axes, dtype
+    xp = _module(x._meta)
+    if xp is np and not isinstance(x._meta, np.ndarray):
+        raise TypeError(f"Dask chunks must be CuPy or NumPy arrays, not {type(x._meta).__name__}")
+    shape = tuple(1 if n != n else n for n in x.shape)  # NaN: a length unknown until computed
+    c = _api.prepare(xp.broadcast_to(xp.empty((), x.dtype), shape), axis, None, method, op)
+    return x.astype(c.dtype), c.axes, c.dtype
 
 
 def _operand(v, x, axes, name):
@@ -192,7 +190,13 @@ def _on_chunk(x, *arrays, fn, keys, **kw):
 
 
 def _state_chunk(x, *arrays, keys, axes):
-    return _composed.state(_module(x), x, axes, **dict(zip(keys, arrays)))
+    xp = _module(x)
+    if any(x.shape[a] == 0 for a in axes):  # an empty chunk: the merge's identity, m = -inf
+        compute, acc = _composed.compute_types(x.dtype)
+        shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+        return _composed.State(xp.full(shape, -np.inf, compute), xp.zeros(shape, acc),
+                               xp.zeros(shape, acc))
+    return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
 
 
 def _state_as_is(st, axis, keepdims):

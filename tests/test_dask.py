@@ -173,6 +173,25 @@ def test_logsumexp_weights_of_both_signs(compute, form):
         _close(got[2], sp.logsumexp(x, axis=1, b=b))
 
 
+def test_empty_chunk_and_lengths_unknown_until_computed():
+    """Rows filtered by a mask: their count is NaN to Dask until computed, and one chunk of
+    them is empty (a state of m = -inf, nothing to merge)."""
+    x = make_values(np.random.default_rng(7), (10, 12), F64)
+    keep = np.ones(10, bool)
+    keep[3:6] = False
+
+    def rows():
+        return da.from_array(x, chunks=(3, 5))[da.from_array(keep, chunks=3)]
+    known = rows().compute_chunk_sizes()
+    assert known.chunks[0] == (3, 0, 3, 1)
+    for a in (rows(), known):
+        for axis in (0, 1, None):
+            got = dask.compute(cusoftmax.softmax(a, axis=axis), cusoftmax.logsumexp(a, axis=axis),
+                               scheduler="threads")
+            assert_softmax(got[0], x[keep], axis)
+            _close(got[1], sp.logsumexp(x[keep], axis=axis))
+
+
 class _Tasks(Callback):
     def __init__(self):
         super().__init__()
