@@ -1,7 +1,7 @@
-"""The accuracy contract, one table for tests and the benchmark.
+"""The accuracy contract, one table per kind of result, for tests and the benchmark.
 
-Per element ``|y - ref| <= atol + rtol * |ref|`` against a float64 softmax of the same
-dtype-rounded input, with NaN in the same places.
+Per element ``|y - ref| <= atol + rtol * |ref|`` against a float64 reference computed from the
+same dtype-rounded input, with NaN in the same places and infinities equal.
 """
 
 from __future__ import annotations
@@ -15,11 +15,31 @@ TOLERANCE = {  # dtype name: (rtol, atol)
     "bfloat16": (8e-3, 1e-6),
 }
 
+# Log values (log_softmax, logsumexp). Near 0 a log value is a difference of terms of size up
+# to log(n): atol bounds what their rounding leaves there.
+LOG_TOLERANCE = {  # dtype name: (rtol, atol)
+    "float64": (1e-12, 1e-15),
+    "float32": (1e-5, 1e-6),
+    "float16": (1e-3, 1e-2),
+    "bfloat16": (8e-3, 1e-2),
+}
 
-def violations(y, ref, dtype_name: str) -> str | None:
-    """None when ``y`` (any dtype, host array) meets the bound against ``ref`` (float64), else a
-    sentence naming the worst element."""
-    rtol, atol = TOLERANCE[dtype_name]
+# Gradients (softmax_vjp, log_softmax_vjp): an absolute bound per slice, rtol times the size of
+# its terms (softmax_vjp: ``max|dy| * max(y)``, as ``|dx| <= 2 max|dy| max(y)``); the half
+# types' rtol allows for the store's rounding of results up to twice that size.
+VJP_TOLERANCE = {  # dtype name: (rtol, atol)
+    "float64": (1e-10, 0.0),
+    "float32": (1e-4, 0.0),
+    "float16": (2e-3, 0.0),
+    "bfloat16": (1.6e-2, 0.0),
+}
+
+
+def violations(y, ref, dtype_name: str, table=TOLERANCE, of=None) -> str | None:
+    """None when ``y`` (any dtype, host array) meets the bound of `table` against ``ref``
+    (float64), else a sentence naming the worst element. `of`: what rtol is relative to
+    (broadcast to ``ref``; default ``|ref|``)."""
+    rtol, atol = table[dtype_name]
     y = np.asarray(y, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     if y.shape != ref.shape:
@@ -28,10 +48,13 @@ def violations(y, ref, dtype_name: str) -> str | None:
     if (nan_y != nan_r).any():
         i = np.unravel_index(np.argmax(nan_y != nan_r), y.shape)
         return f"NaN mismatch at {i}: got {y[i]}, reference {ref[i]}"
-    ok = nan_r | (np.abs(y - ref) <= atol + rtol * np.abs(ref))
+    size = np.abs(ref) if of is None else of
+    with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
+        ok = nan_r | (y == ref) | (np.abs(y - ref) <= atol + rtol * size)
     if ok.all():
         return None
-    err = np.where(ok, 0.0, np.abs(y - ref) - rtol * np.abs(ref))
+    with np.errstate(invalid="ignore"):
+        err = np.where(ok, 0.0, np.abs(y - ref) - rtol * size)
     i = np.unravel_index(np.argmax(err), y.shape)
     bad = int((~ok).sum())
     return f"{bad} elements off; worst at {i}: got {y[i]!r}, reference {ref[i]!r} ({dtype_name})"

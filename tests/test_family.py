@@ -1,0 +1,402 @@
+"""The softmax family (log_softmax, logsumexp, the VJPs, where= and scale=) against SciPy's
+float64 results, on the host path and on the GPU."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.special
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cusoftmax
+from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations
+from cusoftmax._api import result_dtype
+from cusoftmax._composed import compute_types
+from cusoftmax._layout import normalize_axes
+from _support import FLOAT_DTYPES, assert_same_bits, build, make_values, to_host, views
+
+inf, nan = np.inf, np.nan
+
+
+def _slices_shape(shape, axes):
+    return tuple(1 if d in axes else n for d, n in enumerate(shape))
+
+
+@st.composite
+def extras(draw, shape, axes):
+    """(where, scale) for an input of `shape` reduced over `axes`, as host arrays or scalars:
+    no mask, a random one, a broadcast one (fewer or length-1 axes), or one with whole slices
+    off; no scale, a scalar, or one value a slice."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(["none", "random", "broadcast", "slices off"]))
+    where = None
+    if kind == "random":
+        where = rng.random(shape) < draw(st.sampled_from([0.2, 0.7, 1.0]))
+    elif kind == "broadcast":
+        mshape = [n if draw(st.booleans()) else 1 for n in shape][draw(st.integers(0, len(shape))):]
+        where = rng.random(mshape) < 0.6
+    elif kind == "slices off":
+        where = (rng.random(shape) < 0.8) & (rng.random(_slices_shape(shape, axes)) < 0.6)
+    scale = draw(st.sampled_from([None, "scalar", "slices"]))
+    if scale == "scalar":
+        scale = draw(st.sampled_from([0.5, -1.0, 3, np.float32(0.125), np.float64(-0.25)]))
+    elif scale == "slices":
+        scale = rng.uniform(-2.0, 2.0, _slices_shape(shape, axes))
+    return where, scale
+
+
+def _on(xp, a):
+    return a if a is None or np.ndim(a) == 0 else xp.asarray(a)
+
+
+def _values(x, dtype, scale=None):
+    """float64 of ``scale * x`` rounded as the library rounds it (the reference's input)."""
+    compute = compute_types(dtype)[0]
+    v = to_host(x).astype(dtype).astype(compute)
+    if scale is not None:
+        v = v * np.asarray(to_host(scale), dtype=compute)
+    return v.astype(np.float64)
+
+
+def _masked(v, where):
+    return v if where is None else np.where(where, v, -inf)
+
+
+def ref_softmax(v, axes, where=None):
+    with np.errstate(all="ignore"):
+        y = scipy.special.softmax(_masked(v, where), axis=axes)
+    return y if where is None else np.where(where, y, 0.0)
+
+
+def ref_log_softmax(v, axes, where=None):
+    with np.errstate(all="ignore"):
+        y = scipy.special.log_softmax(_masked(v, where), axis=axes)
+    return y if where is None else np.where(where, y, -inf)
+
+
+def ref_logsumexp(v, axes, where=None, b=None, **kw):
+    """SciPy's logsumexp with the mask as zero weights; positions of zero weight set to -inf,
+    which SciPy's own rule says adds nothing (its finite results ignore them already)."""
+    w = np.ones_like(v) * (1.0 if where is None else where) * (1.0 if b is None else b)
+    with np.errstate(all="ignore"):
+        return scipy.special.logsumexp(np.where(w == 0, -inf, v), axis=axes, b=w, **kw)
+
+
+def check(y, ref, dtype, table, of=None):
+    msg = violations(to_host(y), ref, np.dtype(dtype).name, table, of)
+    assert msg is None, msg
+
+
+@given(case=views(), data=st.data())
+def test_softmax_and_log_softmax_with_where_and_scale(xp, case, data):
+    x, axis = build(xp, case)
+    axes = normalize_axes(axis, x.ndim)
+    where, scale = data.draw(extras(x.shape, axes))
+    before = to_host(x).copy()
+    dtype = result_dtype(x.dtype)
+    v = _values(x, dtype, scale)
+    for fn, ref, table in ((cusoftmax.softmax, ref_softmax, TOLERANCE),
+                           (cusoftmax.log_softmax, ref_log_softmax, LOG_TOLERANCE)):
+        y = fn(x, axis, where=_on(xp, where), scale=_on(xp, scale))
+        assert type(y) is type(x) and y.shape == x.shape and y.dtype == dtype
+        check(y, ref(v, axes, where), dtype, table)
+    assert_same_bits(x, before)
+
+
+@given(case=views(), data=st.data())
+def test_logsumexp_matches_scipy(xp, case, data):
+    x, axis = build(xp, case)
+    axes = normalize_axes(axis, x.ndim)
+    where, scale = data.draw(extras(x.shape, axes))
+    keepdims = data.draw(st.booleans())
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    b = data.draw(st.sampled_from([None, "full", "broadcast"]))
+    if b is not None:
+        bshape = x.shape if b == "full" else _slices_shape(x.shape, axes)[1:]
+        b = rng.choice([0.0, 0.5, 1.0, 3.0], size=bshape)
+    dtype = result_dtype(x.dtype)
+    r = cusoftmax.logsumexp(x, axis, b=_on(xp, b), keepdims=keepdims, where=_on(xp, where),
+                            scale=_on(xp, scale))
+    ref = ref_logsumexp(_values(x, dtype, scale), axes, where, b, keepdims=keepdims)
+    assert r.shape == np.shape(ref) and r.dtype == dtype
+    check(r, ref, dtype, LOG_TOLERANCE)
+
+
+@given(seed=st.integers(0, 2**32 - 1), shape=st.sampled_from([(3, 7), (4, 1), (2, 40)]),
+       specials=st.sampled_from([0.0, 0.2]))
+def test_logsumexp_signed_weights(xp, seed, shape, specials):
+    """Weights of both signs with return_sign, against SciPy; the log's error grows with the
+    cancellation, sum|terms| / |sum|."""
+    rng = np.random.default_rng(seed)
+    a = make_values(rng, shape, np.dtype(np.float64), 3.0, specials)
+    b = rng.choice([-2.0, -1.0, 0.0, 0.5, 1.0], size=shape)
+    out, sign = cusoftmax.logsumexp(xp.asarray(a), 1, b=xp.asarray(b), return_sign=True)
+    ref, ref_sign = ref_logsumexp(a, 1, b=b, return_sign=True)
+    with np.errstate(invalid="ignore"):
+        cond = np.exp(ref_logsumexp(a, 1, b=np.abs(b)) - ref)
+        err = np.abs(to_host(out) - ref)
+        ok = (to_host(out) == ref) | (err <= 1e-14 * cond * (1 + np.abs(ref)))
+    good = ~np.isfinite(ref) | (cond < 1e6)
+    np.testing.assert_array_equal(to_host(sign)[good], ref_sign[good])
+    assert (ok | np.isnan(ref) & np.isnan(to_host(out))).all()
+    unsigned = to_host(cusoftmax.logsumexp(xp.asarray(a), 1, b=xp.asarray(b)))
+    np.testing.assert_array_equal(np.isnan(unsigned)[good], (np.isnan(ref) | (ref_sign < 0))[good])
+
+
+@pytest.mark.parametrize("a,b", [
+    ([1.0, 2.0], [1.0, -1.0]), ([1.0, 1.0], [1.0, -1.0]), ([inf, 1.0], None),
+    ([inf, 1.0], [1.0, -1.0]), ([inf, inf], [1.0, -1.0]), ([inf, inf], [2.0, -1.0]),
+    ([nan, 1.0], None), ([-inf, -inf], None), ([-inf, -inf], [1.0, -1.0]), ([inf, 2.0], [0.0, 1.0]),
+    ([nan, 2.0], [0.0, -1.0]), ([0.0, 0.0], [0.0, 0.0]), ([5.0, 3.0], [-1.0, 0.0]),
+    ([-inf, 0.0], [1.0, 1.0]), ([inf, -inf], None),
+])
+@pytest.mark.parametrize("return_sign", [False, True])
+def test_logsumexp_special_cases_as_scipy(xp, a, b, return_sign):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = cusoftmax.logsumexp(xp.asarray(a), b=None if b is None else xp.asarray(b),
+                                  return_sign=return_sign)
+    with np.errstate(all="ignore"):
+        ref = scipy.special.logsumexp(a, b=b, return_sign=return_sign)
+    for g, r in zip(*((got, ref) if return_sign else ((got,), (ref,)))):
+        np.testing.assert_array_equal(to_host(g), r)
+
+
+def test_logsumexp_defaults_and_shapes(xp):
+    a = make_values(np.random.default_rng(5), (3, 4, 5), np.dtype(np.float32))
+    x = xp.asarray(a)
+    v = a.astype(np.float64)
+    check(cusoftmax.logsumexp(x), ref_logsumexp(v, None), np.float32, LOG_TOLERANCE)
+    for axis in (0, -1, (0, 2), None):
+        for keepdims in (False, True):
+            r = cusoftmax.logsumexp(x, axis, keepdims=keepdims)
+            check(r, ref_logsumexp(v, axis, keepdims=keepdims), np.float32, LOG_TOLERANCE)
+    r = cusoftmax.logsumexp(xp.asarray(2.5))
+    assert float(to_host(r)) == 2.5
+    if xp is np:
+        assert isinstance(cusoftmax.logsumexp(a), np.float32)  # a NumPy scalar, as SciPy
+    assert cusoftmax.logsumexp(x.astype(np.int16), 1).dtype == np.float32
+
+
+@given(case=views(dtypes=[np.dtype(np.float32), np.dtype(np.float64)]), data=st.data())
+def test_identities(xp, case, data):
+    """exp(log_softmax) == softmax (where softmax is not NaN: a slice with +inf is all NaN there,
+    only the +inf entries in log_softmax) and x - log_softmax == logsumexp where finite."""
+    x, axis = build(xp, case)
+    axes = normalize_axes(axis, x.ndim)
+    where, scale = data.draw(extras(x.shape, axes))
+    kw = dict(where=_on(xp, where), scale=_on(xp, scale))
+    ls = to_host(cusoftmax.log_softmax(x, axis, **kw)).astype(np.float64)
+    sm = to_host(cusoftmax.softmax(x, axis, **kw)).astype(np.float64)
+    lse = to_host(cusoftmax.logsumexp(x, axis, keepdims=True, **kw)).astype(np.float64)
+    rtol = LOG_TOLERANCE[x.dtype.name][0] * 4
+    with np.errstate(all="ignore"):
+        e = np.exp(ls)
+        assert ((e == sm) | np.isnan(sm)
+                | (np.abs(e - sm) <= TOLERANCE[x.dtype.name][1] + rtol * (1 + np.abs(ls)) * sm)).all()
+        v = _values(x, x.dtype, scale)
+        fin = np.isfinite(ls) & np.isfinite(v) & np.isfinite(lse)
+        lse = np.broadcast_to(lse, fin.shape)[fin]
+        diff = (v - ls)[fin]
+    assert (np.abs(diff - lse) <= rtol * (1 + np.abs(v[fin]) + np.abs(lse))).all()
+
+
+def test_dominant_entry_keeps_its_accuracy(xp):
+    """-log1p(sum of the others) where x - logsumexp(x) rounds to 0 (SciPy returns 0 there)."""
+    for dtype, rtol, x in ((np.float64, 1e-12, [0.0, -50.0, -60.0]),
+                           (np.float32, 1e-5, [0.0, -20.0, -30.0])):
+        y = to_host(cusoftmax.log_softmax(xp.asarray(x, dtype=dtype)))
+        expect = -np.log1p(np.exp(x[1]) + np.exp(x[2]))
+        assert y[0] == pytest.approx(expect, rel=rtol), (dtype, y[0], expect)
+        assert y[0] != 0
+
+
+def test_special_values(xp):
+    rows = np.array([[inf, 1.0, 2.0], [nan, 1.0, 2.0], [-inf, -inf, -inf], [-inf, 0.0, 1.0],
+                     [inf, -inf, 0.0], [1.0, 2.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = to_host(cusoftmax.log_softmax(xp.asarray(rows)))
+        where = xp.asarray([[True, False, True]] * 5 + [[False] * 3])
+        ym = to_host(cusoftmax.log_softmax(xp.asarray(rows), where=where))
+        pm = to_host(cusoftmax.softmax(xp.asarray(rows), where=where))
+        lm = to_host(cusoftmax.logsumexp(xp.asarray(rows), 1, where=where))
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(y, scipy.special.log_softmax(rows, axis=1), rtol=1e-15)
+    np.testing.assert_array_equal(y[0], [nan, -inf, -inf])  # scipy's [inf, 1] -> [nan, -inf]
+    np.testing.assert_array_equal(ym[:, 1], -inf)
+    np.testing.assert_array_equal(ym[5], -inf)  # a fully masked slice: -inf, never NaN
+    np.testing.assert_array_equal(pm[5], 0.0)
+    np.testing.assert_array_equal(pm[:, 1], 0.0)
+    assert np.isnan(pm[[0, 1, 2]][:, [0, 2]]).all()  # NaN/inf rules in the unmasked part
+    assert lm[5] == -inf and lm[2] == -inf and lm[0] == inf and np.isnan(lm[1])
+
+
+def _vjp_case(xp, case, data):
+    """(y, dy, axis, where, dtype): y a softmax output on a reversed (negative-stride) view, dy
+    a strided view of random values."""
+    x, axis = build(xp, case)
+    axes = normalize_axes(axis, x.ndim)
+    where, _ = data.draw(extras(x.shape, axes))
+    y = cusoftmax.softmax(x, axis, where=_on(xp, where))[(slice(None, None, -1),) * x.ndim]
+    if where is not None:
+        where = np.broadcast_to(where, x.shape)[(slice(None, None, -1),) * x.ndim]
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    dy = make_values(np.random.default_rng(seed), x.shape[::-1], np.dtype(np.float64), 2.0,
+                     data.draw(st.sampled_from([0.0, 0.05]))).T
+    return y, xp.asarray(dy), axes, where, y.dtype
+
+
+@given(case=views(), data=st.data())
+def test_vjps_match_the_formula(xp, case, data):
+    y, dy, axes, where, dtype = _vjp_case(xp, case, data)
+    yh = to_host(y).astype(np.float64)
+    g = to_host(dy).astype(dtype).astype(np.float64)
+    kept = np.ones(yh.shape, bool) if where is None else np.broadcast_to(where, yh.shape)
+    with np.errstate(all="ignore"):
+        ly = np.log(yh)
+        t = np.sum(np.where(kept, g * yh, 0.0), axis=axes, keepdims=True)
+        ref = np.where(kept, yh * (g - t), 0.0)
+        gmax = np.max(np.where(kept, np.abs(g), 0), axis=axes, keepdims=True)
+        size = gmax * np.max(np.where(kept, yh, 0), axis=axes, keepdims=True)
+        lt = np.sum(np.where(kept, g, 0.0), axis=axes, keepdims=True)
+        lsize = gmax + np.abs(lt)
+    axis = axes if axes else None
+    w = _on(xp, None if where is None else np.ascontiguousarray(where))
+    dx = cusoftmax.softmax_vjp(y, dy, axis, where=w)
+    assert type(dx) is type(y) and dx.dtype == dtype and dx.shape == y.shape
+    check(dx, ref, dtype, VJP_TOLERANCE, np.broadcast_to(size, ref.shape))
+    ly_in = xp.asarray(ly.astype(dtype))
+    ly_r = to_host(ly_in).astype(np.float64)
+    with np.errstate(all="ignore"):
+        lref = np.where(kept, g - np.exp(ly_r) * lt, 0.0)
+    dlx = cusoftmax.log_softmax_vjp(ly_in, dy, axis, where=w)
+    check(dlx, lref, dtype, VJP_TOLERANCE, np.broadcast_to(lsize, ref.shape))
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_vjps_against_finite_differences(xp, log):
+    """d/dx sum(g * f(x)) by central differences in float64, with a mask and a masked row."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 6))
+    g = rng.standard_normal((3, 6))
+    where = rng.random((3, 6)) < 0.7
+    where[1] = False
+    fn = cusoftmax.log_softmax if log else cusoftmax.softmax
+    vjp = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+
+    def f(xx):
+        y = to_host(fn(xp.asarray(xx), where=xp.asarray(where)))
+        return np.sum(np.where(where, g * y, 0.0))
+
+    h = 1e-6
+    fd = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        fd[i] = (f(x + e) - f(x - e)) / (2 * h)
+    y = fn(xp.asarray(x), where=xp.asarray(where))
+    dx = to_host(vjp(y, xp.asarray(g), where=xp.asarray(where)))
+    np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_out_for_every_function(xp):
+    rng = np.random.default_rng(4)
+    x = xp.asarray(make_values(rng, (5, 9), np.dtype(np.float32)))
+    dy = xp.asarray(make_values(rng, (5, 9), np.dtype(np.float32)))
+    calls = [
+        lambda o: cusoftmax.softmax(x, scale=0.5, out=o),
+        lambda o: cusoftmax.log_softmax(x, out=o),
+        lambda o: cusoftmax.softmax_vjp(x, dy, out=o),
+        lambda o: cusoftmax.log_softmax_vjp(x, dy, out=o),
+    ]
+    for call in calls:
+        expect = to_host(call(None))
+        out = xp.full(x.shape, np.nan, np.float32)
+        assert call(out) is out
+        np.testing.assert_array_equal(to_host(out), expect)
+    x2 = x.copy()
+    assert cusoftmax.log_softmax(x2, out=x2) is x2  # in place
+    np.testing.assert_array_equal(to_host(x2), to_host(cusoftmax.log_softmax(x)))
+    out = xp.zeros(5, np.float32)
+    assert cusoftmax.logsumexp(x, 1, out=out) is out
+    np.testing.assert_array_equal(to_host(out), to_host(cusoftmax.logsumexp(x, 1)))
+    pair = (xp.zeros((5, 1), np.float32), xp.zeros((5, 1), np.float32))
+    assert cusoftmax.logsumexp(x, 1, keepdims=True, return_sign=True, out=pair) is pair
+    assert (to_host(pair[1]) == 1).all()
+
+
+def _bad_calls(xp):
+    """(function of out, out, error) for arguments that must be refused before any write."""
+    x = xp.ones((3, 4), np.float32)
+    o = xp.zeros((3, 4), np.float32)
+    o3 = xp.zeros(3, np.float32)
+    dy = xp.ones((3, 4), np.float32)
+    return [
+        (lambda out: cusoftmax.softmax(x, where=xp.ones(3, bool), out=out), o, ValueError),
+        (lambda out: cusoftmax.softmax(x, where=xp.ones(4), out=out), o, TypeError),
+        (lambda out: cusoftmax.log_softmax(x, where=xp.ones((2, 4), bool), out=out), o,
+         ValueError),
+        (lambda out: cusoftmax.log_softmax(x, scale=xp.ones((3, 4)), out=out), o, ValueError),
+        (lambda out: cusoftmax.log_softmax(x, scale=xp.ones(3), out=out), o, ValueError),
+        (lambda out: cusoftmax.softmax(x, scale=True, out=out), o, TypeError),
+        (lambda out: cusoftmax.softmax(x, scale=1j, out=out), o, TypeError),
+        (lambda out: cusoftmax.log_softmax(x, method="block", out=out), o, ValueError),
+        (lambda out: cusoftmax.log_softmax(x, method="fastest", out=out), o, ValueError),
+        (lambda out: cusoftmax.softmax(x, where=xp.ones(4, bool), method="block", out=out), o,
+         ValueError),
+        (lambda out: cusoftmax.logsumexp(x, 1, b=xp.ones(3), out=out), o3, ValueError),
+        (lambda out: cusoftmax.logsumexp(x, 1, b=xp.ones(4, np.complex64), out=out), o3,
+         TypeError),
+        (lambda out: cusoftmax.logsumexp(x, 1, where=xp.ones(5, bool), out=out), o3, ValueError),
+        (lambda out: cusoftmax.logsumexp(x, 1, return_sign=True, out=out), o3, TypeError),
+        (lambda out: cusoftmax.logsumexp(x, 0, out=out), o3, ValueError),
+        (lambda out: cusoftmax.softmax_vjp(x, xp.ones((4, 3), np.float32), out=out), o,
+         ValueError),
+        (lambda out: cusoftmax.log_softmax_vjp(x, dy.astype(np.complex64), out=out), o, TypeError),
+        (lambda out: cusoftmax.softmax_vjp(x, dy, where=xp.ones((3, 1)), out=out), o, TypeError),
+        (lambda out: cusoftmax.log_softmax_vjp(x, dy, axis=2, out=out), o, np.exceptions.AxisError),
+        (lambda out: cusoftmax.log_softmax(xp.ones((3, 0)), axis=1), None, ValueError),
+    ]
+
+
+def test_bad_input_raises_before_anything_is_written(xp):
+    for call, out, err in _bad_calls(xp):
+        with pytest.raises(err):
+            call(out)
+        if out is not None:
+            assert not to_host(out).any()
+
+
+def test_gpu_operands_with_host_input_are_refused():
+    cupy = pytest.importorskip("cupy")
+    from _support import GPU_REASON
+
+    if GPU_REASON is not None:
+        pytest.skip(f"needs a GPU: {GPU_REASON}")
+    with pytest.raises(TypeError, match="GPU"):
+        cusoftmax.softmax(np.ones((2, 3)), where=cupy.ones(3, bool))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_no_warnings_for_nan_and_inf(xp, dtype):
+    x = xp.asarray(np.array([[nan, inf, -inf], [-inf, -inf, -inf], [inf, 0, 1]]).astype(dtype))
+    where = xp.asarray([True, True, False])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fn in (cusoftmax.softmax, cusoftmax.log_softmax):
+            fn(x, where=where, scale=2.0)
+            fn(x)
+        cusoftmax.logsumexp(x, 1, b=xp.asarray([1.0, -1.0, 0.0]), return_sign=True)
+        cusoftmax.logsumexp(x, 1, where=where)
+        cusoftmax.softmax_vjp(x, x, where=where)
+        cusoftmax.log_softmax_vjp(x, x)
+
+
+def test_all_exported():
+    assert set(cusoftmax.__all__) == {"softmax", "log_softmax", "logsumexp", "softmax_vjp",
+                                      "log_softmax_vjp"}
+    for name in cusoftmax.__all__:
+        doc = getattr(cusoftmax, name).__doc__
+        assert "Parameters\n    ----------" in doc and "Returns\n    -------" in doc
