@@ -6,7 +6,10 @@ same dtype-rounded input, with NaN in the same places and infinities equal.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
+
+from ._api import FLOAT8, LONGDOUBLE
 
 TOLERANCE = {  # dtype name: (rtol, atol)
     "float64": (1e-12, 1e-300),
@@ -14,6 +17,14 @@ TOLERANCE = {  # dtype name: (rtol, atol)
     "float16": (1e-3, 1e-7),
     "bfloat16": (8e-3, 1e-6),
 }
+# The reference is float64: a longdouble result is held to float64's bound.
+TOLERANCE.setdefault(LONGDOUBLE.name, TOLERANCE["float64"])
+# 8-bit floats, computed in float32 with one rounding at the store: half an ulp relative,
+# 2**-(mantissa bits + 1), in the normal range; half the smallest subnormal below it (the
+# float32 error on top, about 1e-7 relative, is far inside both).
+for _name in filter(lambda n: hasattr(ml_dtypes, n), FLOAT8):
+    _fi = ml_dtypes.finfo(getattr(ml_dtypes, _name))
+    TOLERANCE[_name] = (2.0 ** -(_fi.nmant + 1), float(_fi.smallest_subnormal) / 2)
 
 # Log values (log_softmax, logsumexp). Near 0 a log value is a difference of terms of size up
 # to log(n): atol bounds what their rounding leaves there.

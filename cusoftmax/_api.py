@@ -8,26 +8,43 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _arrays, _family, _host, _kernels, planning
+from .planning import METHODS
 from ._layout import collapse, normalize_axes
 
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
+# Float types kept by the result, by dtype name (ml_dtypes is not imported for them: an input
+# of its types comes from a caller that imported it). The kernels take GPU_FLOATS; the host
+# also computes longdouble (in longdouble, where it is wider than float64) and ml_dtypes' 8-bit
+# floats (in float32, one rounding at the store, as the half types).
+GPU_FLOATS = ("float16", "bfloat16", "float32", "float64")
+LONGDOUBLE = np.dtype(np.longdouble)
+FLOAT8 = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+          "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
+HOST_FLOATS = FLOAT8 + ((LONGDOUBLE.name,) if LONGDOUBLE.name not in GPU_FLOATS else ())
+_SUPPORTED = (f"float16, bfloat16, float32, float64 and integers (GPU and host), longdouble "
+              f"and {', '.join(FLOAT8)} (host only)")
 
 
-def result_dtype(dtype) -> np.dtype:
-    """The result's dtype: floats keep theirs, integers promote as NumPy's ``exp`` does."""
+def result_dtype(dtype, on_gpu: bool = False) -> np.dtype:
+    """The result's dtype, in native byte order (as NumPy's ufuncs make theirs): floats keep
+    theirs, integers promote as NumPy's ``exp`` does. ``on_gpu``: refuse the host-only types."""
     dtype = np.dtype(dtype)
-    if dtype.name in _FLOATS:
-        return dtype
+    if dtype.name in GPU_FLOATS:
+        return dtype.newbyteorder("=")
+    if dtype.name in HOST_FLOATS:
+        if on_gpu:
+            raise TypeError(f"{dtype} is computed on the host only: pass a NumPy array")
+        return dtype.newbyteorder("=")
     if dtype.kind in "iu":
-        return np.result_type(dtype, np.float16)
-    raise TypeError(
-        f"softmax supports float16, bfloat16, float32, float64 and integer inputs, not {dtype}"
-    )
+        return np.result_type(dtype, np.float16).newbyteorder("=")
+    if dtype.name == "float8_e8m0fnu":  # powers of two only
+        raise TypeError(f"{dtype} holds no zero (the result of -inf entries and of tiny ones); "
+                        f"softmax supports {_SUPPORTED}")
+    raise TypeError(f"softmax supports {_SUPPORTED}, not {dtype}")
 
 
-# Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, address % 16,
-# array's device, current device) -> (the tuning it was planned with, run(x, y) writing the result
-# into y, a new array like x).
+# Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, axis type,
+# address % 16, array's device, current device) -> (the tuning it was planned with, run(x, y)
+# writing the result into y, a new array like x).
 # Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice, which
 # returns the current device's id) are set with the first entry; until then no input takes the
 # fast path.
@@ -45,10 +62,16 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         A CuPy array; a PyTorch, JAX or Numba CUDA array (taken without a copy through DLPack
         or ``__cuda_array_interface__``); or a NumPy array or anything ``numpy.asarray``
         accepts, computed on the host. float16, bfloat16 (``ml_dtypes``), float32 and float64
-        keep their dtype; integers are promoted as ``numpy.exp`` promotes them.
+        keep their dtype; integers are promoted as ``numpy.exp`` promotes them. On the host
+        only: longdouble (computed in longdouble) and the 8-bit floats of ``ml_dtypes``
+        (``float8_e4m3fn``, ``float8_e5m2``, ...; computed in float32 and rounded once to their
+        type; not ``float8_e8m0fnu``, which holds no zero). A non-native byte order gives a
+        result in native order.
     axis : int, tuple of ints or None, optional
-        The axis or axes of each slice (negative counts from the end). ``None`` takes all
-        elements as one slice. Default ``-1``.
+        The axis or axes of each slice (negative counts from the end; ``bool`` is not an
+        axis). ``None`` takes all elements as one slice. On a 0-d `x`, the int 0 or -1 also
+        takes its one element (as NumPy's reductions), so the default gives 1.0 (NaN for a NaN
+        or infinite value) as SciPy does. Default ``-1``.
     where : bool array_like, optional
         Broadcastable to `x` (never expanded in memory); False positions are left out of their
         slice and give 0. A slice with no True position gives all zeros.
@@ -57,11 +80,13 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         scalar, or an array with one value a slice (broadcastable to the shape of `x` with the
         reduced axes of length 1).
     out : array, optional
-        Where to write the result: same shape as `x`, the result's dtype, the same framework
-        and device. It may be `x` itself (in place). Checked before anything is written.
+        Where to write the result: an array (not a list or a scalar) of the same shape as `x`,
+        the result's dtype in either byte order, the same framework and device. It may be `x`
+        itself (in place). Checked before anything is written.
     method : {None, 'registers', 'flat', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
         GPU only, without `where` and `scale`: force one kernel instead of the dispatcher's
-        choice (for tests and benchmarks). ``'registers'`` holds a row in registers (rows up to 16384 elements),
+        choice (for tests and benchmarks). ``'registers'`` holds a row in registers (rows up
+        to 16384 elements),
         ``'flat'`` stages runs of rows that lie back to back by 16-byte copies (rows up to 1024
         elements; other layouts are copied first), ``'tiles'`` stages several short rows per
         warp in shared memory, ``'block'`` holds a
@@ -76,27 +101,32 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     Returns
     -------
     array
-        The softmax, in the framework of `x` (CuPy, PyTorch, JAX, Numba or NumPy), or `out`.
+        The softmax, in the framework of `x` (CuPy, PyTorch, JAX, Numba or NumPy; a 0-d array
+        for a 0-d `x`), or `out`.
 
     Raises
     ------
     numpy.exceptions.AxisError
         If an axis is out of range.
     TypeError
-        For bool, complex or other non-numeric dtypes, an `out` of the wrong dtype or kind, a
-        `where` that is not bool or a `scale` that is not real.
+        For bool, complex or other non-numeric dtypes, a host-only float type in a GPU array,
+        an `axis` that is not an integer (bool included), an `out` that is not an array
+        or has the wrong dtype or kind, a `where` that is not bool or a `scale` that is not real.
     ValueError
         If a reduced axis has length 0, `out` has the wrong shape or device, `where` or `scale`
-        does not broadcast as above, or `method` cannot run on this input (with `where` or
-        `scale`, no kernel takes a `method` yet).
+        does not broadcast as above, or `method` is not one of the names above (checked for
+        every input), is given for an input computed on the host or with `where` or `scale`,
+        or cannot run on this input.
 
     Notes
     -----
     As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
-    all NaN, and -inf entries of other slices give 0 (for the unmasked positions, with
-    `where`). GPU work runs on CuPy's current stream; with `where` or `scale` it is computed by
-    array operations until a fused kernel takes them.
-    Float16 and bfloat16 are computed in float32, with one rounding when stored.
+    all NaN, and -inf entries of other slices give 0 (with `where`: among the positions left
+    in). GPU work runs on CuPy's current stream; with `where` or `scale` it is computed by array
+    operations until a fused kernel takes them.
+    Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when
+    stored. On the host, float32 sums stay within a few ulps at any length: pairwise along a
+    contiguous run, else float32 blocks of at most 16 terms added in float64.
 
     Examples
     --------
@@ -119,18 +149,18 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     c = prepare(x, axis, out, method, "softmax")
     if where is not None or scale is not None:
         return _family.forward("softmax", c, out, where, scale, method)
-    src, arr, axes, dtype, dst = c
-    if not src.on_gpu:
+    arr, axes, dtype, dst = c.array, c.axes, c.dtype, c.out
+    if not c.src.on_gpu:
         if method is not None:
             raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
         y = _host.softmax(arr, axes, dtype) if arr.size else np.empty(arr.shape, dtype)
         if dst is None:
-            return src.wrap(y)
+            return c.src.wrap(y)
         np.copyto(dst, y)
         return out
     if dst is None:
         y = _gpu(arr, axes, None, dtype, method, remember=(x, axis))
-        return src.wrap(y)
+        return c.src.wrap(y)
     _gpu(arr, axes, dst, dtype, method)
     return out
 
@@ -148,11 +178,12 @@ class Call(NamedTuple):
 def prepare(x, axis, out, method, op: str) -> Call:
     """The argument rules shared by the functions that reduce slices of `x` (`op` names the
     function in messages): every check runs here, before anything is computed or written."""
-    if method is not None and method not in planning.METHODS:
-        raise ValueError(f"method must be None or one of {planning.METHODS}, got {method!r}")
+    if method is not None and method not in METHODS:
+        raise ValueError(f"method must be None or one of {', '.join(map(repr, METHODS))}, "
+                         f"got {method!r}")
     src = _arrays.adapt(x)
     arr = src.array
-    dtype = result_dtype(arr.dtype)
+    dtype = result_dtype(arr.dtype, src.on_gpu)
     axes = normalize_axes(axis, arr.ndim)
     if any(arr.shape[a] == 0 for a in axes):
         raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")
@@ -165,7 +196,10 @@ def _check_out(out, src, shape, dtype):
         return None
     if src.framework in ("jax", "jaxlib"):
         raise TypeError("out= cannot be used with JAX arrays: they are immutable")
-    dst = _arrays.adapt(out)
+    try:
+        dst = _arrays.adapt(out, arrays_only=True)
+    except TypeError as e:
+        raise TypeError(f"out must be an array of the same kind as x: {e}") from None
     if dst.on_gpu != src.on_gpu or dst.framework != src.framework:
         raise TypeError(
             f"out must be an array of the same kind as x ({src.framework}), "
@@ -174,7 +208,7 @@ def _check_out(out, src, shape, dtype):
     arr = dst.array
     if arr.shape != tuple(shape):
         raise ValueError(f"out has shape {arr.shape}, the result has shape {tuple(shape)}")
-    if arr.dtype != dtype:
+    if arr.dtype.newbyteorder("=") != dtype:  # either byte order: the store swaps the bytes
         raise TypeError(f"out has dtype {arr.dtype}, the result has dtype {dtype}")
     if src.on_gpu and arr.device.id != src.array.device.id:
         raise ValueError(f"out is on device {arr.device.id}, x on device {src.array.device.id}")
@@ -188,8 +222,11 @@ def _elem_strides(a) -> tuple[int, ...]:
 
 
 def _fast_key(x, axis):
+    # The axis's type (its items' in a tuple) is part of the key: True == 1.0 == 1 as dict keys,
+    # and axis=True or 1.0 must reach the general path's TypeError.
+    kind = tuple(map(type, axis)) if type(axis) is tuple else type(axis)
     mem = x.data
-    return (x.shape, x.strides, x.dtype, axis, mem.ptr & 15, mem.device_id, _device())
+    return (x.shape, x.strides, x.dtype, axis, kind, mem.ptr & 15, mem.device_id, _device())
 
 
 def _remember(x, axis, run) -> None:

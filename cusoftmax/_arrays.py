@@ -64,7 +64,9 @@ class Adapted:
     wrap: Callable[[Any], Any]
 
 
-def adapt(obj) -> Adapted:
+def adapt(obj, arrays_only: bool = False) -> Adapted:
+    """``obj`` as a CuPy or NumPy array. ``arrays_only``: refuse what ``numpy.asarray`` would
+    copy into a new array (lists, scalars), where a result written there would be lost."""
     if isinstance(obj, np.ndarray):
         return Adapted(obj, False, "numpy", _itself)
     cupy = cupy_or_none()
@@ -84,4 +86,6 @@ def adapt(obj) -> Adapted:
         if cupy is None:
             raise RuntimeError("a GPU array was passed but CuPy is not installed")
         return Adapted(cupy.asarray(obj), True, framework, _wrapper(framework, True))
+    if arrays_only:
+        raise TypeError(f"expected an array, got {type(obj).__name__}")
     return Adapted(np.asarray(obj), False, "numpy", _itself)

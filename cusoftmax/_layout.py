@@ -4,22 +4,46 @@ take, ``[outer][n][inner]``, softmax over ``n``, or say that no such view exists
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
-from numpy.lib.array_utils import normalize_axis_tuple
+import numpy as np
+from numpy.exceptions import AxisError
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     """Sorted, non-negative axes; ``None`` means every axis (as SciPy).
 
-    Raises ``numpy.exceptions.AxisError`` for an axis out of range and ``ValueError`` for a
-    repeated one.
+    An int 0 or -1 on a 0-d array is its one element (as NumPy's reductions take it; a tuple
+    ``(0,)`` there is out of range, as in NumPy). Raises ``numpy.exceptions.AxisError`` for an
+    axis out of range, ``TypeError`` for an axis that is not an integer (bool included: SciPy
+    refuses ``axis=True``) and ``ValueError`` for a repeated one.
     """
     if axis is None:
         return tuple(range(ndim))
     if not isinstance(axis, tuple):
+        if ndim == 0 and _index(axis) in (0, -1):
+            return ()
         axis = (axis,)
-    return tuple(sorted(normalize_axis_tuple(axis, ndim, "axis")))
+    axes = []
+    for a in map(_index, axis):
+        if not -ndim <= a < ndim:
+            raise AxisError(a, ndim)
+        axes.append(a % ndim)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in axis={axis}")
+    return tuple(sorted(axes))
+
+
+def _index(a) -> int:
+    """One axis as a Python int (of any size: an out-of-range one is an AxisError, not an
+    OverflowError)."""
+    if isinstance(a, (bool, np.bool_)):
+        raise TypeError(f"an axis must be an integer, not bool ({a!r})")
+    try:
+        return operator.index(a)
+    except TypeError:
+        raise TypeError(f"an axis must be an integer, not {type(a).__name__} ({a!r})") from None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ Triton softmax when importable). JAX runs on its own streams, so it is timed by 
 around a batch of calls ending in ``block_until_ready`` (no flush inside the batch). Every result
 is checked against a float64 reference before it is timed: a wrong cusoftmax result is not
 timed; a peer outside cusoftmax's accuracy bound is timed and marked '*'.
+
+``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
+clock, the two taken in turn, each timed call after an untimed one of its own (median of the
+repeats); it needs no GPU.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ DEFAULT_WIDTHS = [2**k for k in range(5, 23)]  # 32 .. 4,194,304
 DEFAULT_DTYPES = ["float32", "bfloat16", "float16"]
 AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguous
 LONG_ROWS = [2**24, 2**27]  # float32, one row each
+HOST_DTYPES = ["float64", "float32", "float16", "bfloat16"]
+HOST_SHAPES = [((4096, 1000), -1), ((1000, 4096), 0), ((64, 100000), -1)]  # (shape, axis)
 
 
 def _int_expr(text: str) -> int:
@@ -42,13 +48,17 @@ def _int_expr(text: str) -> int:
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m cusoftmax.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
-                   help="comma-separated dtypes (default: %(default)s)")
+    p.add_argument("--dtypes", default=None,
+                   help=f"comma-separated dtypes (default: {','.join(DEFAULT_DTYPES)}; "
+                        f"with --host: {','.join(HOST_DTYPES)})")
     p.add_argument("--widths", default=None,
                    help="comma-separated row widths (default: powers of two 32 .. 4194304)")
     p.add_argument("--total", type=_int_expr, default=2**26,
                    help="elements per tensor, e.g. 2**26 (default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=30, help="timed calls per case (default: 30)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="timed calls per case (default: 30; with --host: 7)")
+    p.add_argument("--host", action="store_true",
+                   help="time the host path against scipy.special.softmax (no GPU needed)")
     p.add_argument("--peers", default="cupyx,torch,jax,triton",
                    help="peers to run when importable (default: %(default)s)")
     p.add_argument("--methods", default="",
@@ -169,7 +179,7 @@ def _forced(cusoftmax, method):
 
 
 def _cases(args):
-    dtypes = args.dtypes.split(",")
+    dtypes = args.dtypes.split(",") if args.dtypes else DEFAULT_DTYPES
     widths = [int(w) for w in args.widths.split(",")] if args.widths else DEFAULT_WIDTHS
     for dt in dtypes:
         for w in widths:
@@ -223,8 +233,64 @@ def _host_overhead(cupy, peers, rounds=7, calls=2000):
     return out
 
 
+def _host_cases(args):
+    dtypes = args.dtypes.split(",") if args.dtypes else HOST_DTYPES
+    for dt in dtypes:
+        for shape, axis in HOST_SHAPES:
+            yield dt, shape, axis
+
+
+def _host_main(args):
+    """The host path against scipy.special.softmax on HOST_SHAPES: a table of median
+    milliseconds per call and SciPy's time over ours (> 1: ours faster)."""
+    try:
+        import scipy.special
+    except ImportError as e:
+        print(f"cusoftmax.bench --host needs SciPy: {e}", file=sys.stderr)
+        return 2
+    import cusoftmax
+
+    from ._accuracy import violations
+
+    repeat = args.repeat or 7
+    head = ["dtype", "shape", "axis", "ours ms", "scipy ms", "scipy/ours"]
+    lines = []
+    for dt_name, shape, axis in _host_cases(args):
+        _progress(f"{dt_name} {shape[0]}x{shape[1]} axis {axis}")
+        rng = np.random.default_rng(0)
+        x = (rng.standard_normal(shape, dtype=np.float32) * 3).astype(_dtype(None, dt_name))
+        ref = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True).astype(np.float64))
+        ref /= ref.sum(axis=axis, keepdims=True)
+        bad = violations(cusoftmax.softmax(x, axis=axis), ref, dt_name)
+        if bad:
+            lines.append([dt_name, f"{shape[0]}x{shape[1]}", str(axis), "WRONG", "", bad])
+            continue
+        fns = {"ours": lambda: cusoftmax.softmax(x, axis=axis),
+               "scipy": lambda: scipy.special.softmax(x, axis=axis)}
+        times = {k: [] for k in fns}
+        for _ in range(repeat):
+            for k, fn in fns.items():  # in turn: a drift of the host's speed reaches both
+                fn()  # the memory the other one freed is reused as in a loop of this call
+                t0 = time.perf_counter()
+                fn()
+                times[k].append((time.perf_counter() - t0) * 1e3)
+        ours, peer = (statistics.median(times[k]) for k in fns)
+        lines.append([dt_name, f"{shape[0]}x{shape[1]}", str(axis), f"{ours:.2f}", f"{peer:.2f}",
+                      f"{peer / ours:.2f}"])
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    print(f"\nhost path against scipy.special.softmax {scipy.__version__}, NumPy "
+          f"{np.__version__}, {time.strftime('%Y-%m-%d')}; median of {repeat} calls each")
+    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
+    print("-|-".join("-" * w for w in widths))
+    for cells in lines:
+        print(" | ".join(c.ljust(w) for c, w in zip(cells, widths)))
+    return 0
+
+
 def main(argv=None):
     args = _parse(argv)
+    if args.host:
+        return _host_main(args)
     try:
         import cupy
 
@@ -236,7 +302,7 @@ def main(argv=None):
 
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
-    timer = Timer(cupy, args.repeat)
+    timer = Timer(cupy, args.repeat or 30)
     peers = _peers(args.peers.split(","), cupy)
     cases = list(_cases(args))
     methods = [m for m in args.methods.split(",") if m]

@@ -47,3 +47,14 @@ def test_bench_variant_builds_a_tuning_by_field_type():
         tool.variant(["registers_wide_span_max_bytes=(2048, 20480)"])
     with pytest.raises(SystemExit, match="no field"):
         tool.variant(["NO_SUCH_FIELD=1"])
+
+
+def test_host_sweep_covers_every_dtype_and_shape():
+    args = bench._parse(["--host"])
+    assert args.host
+    cases = list(bench._host_cases(args))
+    assert [(d, s, a) for d, s, a in cases] == [
+        (d, s, a) for d in bench.HOST_DTYPES for s, a in bench.HOST_SHAPES]
+    assert {d for d, _, _ in cases} == {"float64", "float32", "float16", "bfloat16"}
+    assert list(bench._host_cases(bench._parse(["--host", "--dtypes", "float32"]))) == [
+        ("float32", s, a) for s, a in bench.HOST_SHAPES]

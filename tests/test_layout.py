@@ -2,6 +2,7 @@
 slices of any strided view (checked by running the kernels' indexing in NumPy)."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from numpy.lib.stride_tricks import as_strided
 
@@ -50,3 +51,36 @@ def test_common_layouts():
     assert (c.outer, c.n, c.xs, c.ys) == (6, 7, (-7, 1), (7, 1))
     assert collapse((6, 7), (7, -1), (7, 1), (1,)) is None  # reversed inside a row
     assert collapse((), (), (), ()).n == 1
+
+
+def test_zero_d_takes_axis_0_and_minus_1():
+    """As NumPy's reductions: an int 0 or -1 on a 0-d array is its one slice; a tuple is not."""
+    assert normalize_axes(0, 0) == normalize_axes(-1, 0) == normalize_axes(None, 0) == ()
+    for axis in (1, -2, (0,), (-1,)):
+        with pytest.raises(np.exceptions.AxisError):
+            normalize_axes(axis, 0)
+
+
+def test_axis_error_message_names_the_axis_once():
+    with pytest.raises(np.exceptions.AxisError) as info:
+        normalize_axes(-3, 2)
+    assert str(info.value) == "axis -3 is out of bounds for array of dimension 2"
+
+
+@pytest.mark.parametrize("axis", [True, False, np.True_, (0, True), (np.False_,)])
+def test_bool_axis_is_a_type_error(axis):
+    with pytest.raises(TypeError, match="bool"):
+        normalize_axes(axis, 2)
+
+
+@pytest.mark.parametrize("axis", [10**20, -(10**20), (0, 2**64)])
+def test_huge_axis_is_an_axis_error(axis):
+    with pytest.raises(np.exceptions.AxisError):
+        normalize_axes(axis, 2)
+
+
+def test_axis_takes_numpy_integers():
+    assert normalize_axes(np.int64(-1), 3) == (2,)
+    assert normalize_axes((np.uint8(0), -1), 3) == (0, 2)
+    with pytest.raises(TypeError):
+        normalize_axes(1.0, 3)
