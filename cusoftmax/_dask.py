@@ -33,9 +33,10 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
               scale=None, out=None):
-    a, axes, dtype = _checked(a, axis, out, "logsumexp")
-    b, where, scale = (_operand(v, a, axes, name) for v, name in ((b, "b"), (where, "where"),
-                                                                  (scale, "scale")))
+    a, c = _checked(a, axis, out, "logsumexp")
+    axes, dtype = c.axes, c.dtype
+    b, where, scale = (_operand(v, a, c, name) for v, name in ((b, "b"), (where, "where"),
+                                                               (scale, "scale")))
     reduced = _reduced_chunks(a, axes)
     meta = meta_from_array(a._meta, a.ndim, dtype)
     if _within_chunks(a, axes):
@@ -62,8 +63,9 @@ def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def _normalized(op, x, axis, where, scale, out, method):
     """softmax or log_softmax (``op``) of Dask array ``x``."""
-    x, axes, dtype = _checked(x, axis, out, op, method)
-    where, scale = _operand(where, x, axes, "where"), _operand(scale, x, axes, "scale")
+    x, c = _checked(x, axis, out, op, method)
+    axes, dtype = c.axes, c.dtype
+    where, scale = _operand(where, x, c, "where"), _operand(scale, x, c, "scale")
     meta = meta_from_array(x._meta, x.ndim, dtype)
     if _within_chunks(x, axes):
         return da.map_blocks(_on_chunk, x, where, scale, fn=getattr(cusoftmax, op),
@@ -76,8 +78,9 @@ def _normalized(op, x, axis, where, scale, out, method):
 
 
 def _vjp(log, y, dy, axis, where, out):
-    y, axes, dtype = _checked(y, axis, out, "log_softmax_vjp" if log else "softmax_vjp")
-    dy, where = _operand(dy, y, axes, "dy").astype(dtype), _operand(where, y, axes, "where")
+    y, c = _checked(y, axis, out, "log_softmax_vjp" if log else "softmax_vjp")
+    axes, dtype = c.axes, c.dtype
+    dy, where = _operand(dy, y, c, "dy").astype(dtype), _operand(where, y, c, "where")
     meta = meta_from_array(y._meta, y.ndim, dtype)
     if _within_chunks(y, axes):
         fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
@@ -92,8 +95,8 @@ def _vjp(log, y, dy, axis, where, out):
 
 
 def _checked(x, axis, out, op, method=None):
-    """(x in its result dtype, the reduced axes, the result's dtype) by the ordinary argument
-    rules, checked on a stand-in of x's shape and dtype (one element, broadcast)."""
+    """(x in its result dtype, the prepared call) by the ordinary argument rules, checked on a
+    stand-in of x's shape and dtype."""
     if out is not None:
         raise TypeError("out= cannot be used with Dask arrays: the result is a new lazy array")
     if not isinstance(x, da.Array):
@@ -102,34 +105,31 @@ def _checked(x, axis, out, op, method=None):
     if xp is np and not isinstance(x._meta, np.ndarray):
         raise TypeError(f"Dask chunks must be CuPy or NumPy arrays, not {type(x._meta).__name__}")
     shape = tuple(1 if n != n else n for n in x.shape)  # NaN: a length unknown until computed
-    c = _api.prepare(xp.broadcast_to(xp.empty((), x.dtype), shape), axis, None, method, op)
-    return x.astype(c.dtype), c.axes, c.dtype
+    c = _api.prepare(_stand_in(xp, shape, x.dtype), axis, None, method, op)
+    return x.astype(c.dtype), c
 
 
-def _operand(v, x, axes, name):
-    """`where`, `scale`, `b` or `dy` (``name``) checked by the family's rules and aligned with
-    x's chunks (a scalar `scale` as it is)."""
+def _stand_in(xp, shape, dtype):
+    """An array of this shape and dtype that holds one element (a broadcast view)."""
+    return xp.broadcast_to(xp.empty((), dtype), shape)
+
+
+_RULES = {"where": _family._where, "scale": _family._scale, "b": _family._weights,
+          "dy": _family._grad}
+
+
+def _operand(v, x, c, name):
+    """`where`, `scale`, `b` or `dy` (``name``) checked by the ordinary rules (on a stand-in of
+    its shape and dtype) and aligned with x's chunks; a scalar `scale` as it is."""
     if v is None:
         return None
-    if name == "scale" and isinstance(v, (bool, np.bool_)):
-        raise TypeError("scale must be a real number, not bool")
-    if name == "scale" and isinstance(v, Number):
-        return v
+    if isinstance(v, (Number, np.bool_)):
+        return _RULES[name](v, c)
     v = v if hasattr(v, "dtype") else np.asarray(v)
     if any(n != n for n in v.shape):  # NaN: a Dask array's length unknown until computed
         raise ValueError(f"{name} of shape {v.shape} cannot be aligned with x's chunks until its "
                          f"chunk sizes are known (compute_chunk_sizes())")
-    if name == "where" and v.dtype != np.bool_:
-        raise TypeError(f"where must be a bool array, not {v.dtype}")
-    if name != "where":
-        _family._real(v, name, bool_ok=name == "b")
-    if name == "dy" and v.shape != x.shape:
-        raise ValueError(f"dy has shape {v.shape}, y has shape {x.shape}")
-    if name == "scale":
-        one = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-        _family._broadcasts(v, one, name, "one value a slice: the shape")
-    else:
-        _family._broadcasts(v, x.shape, name, "x's shape")
+    _RULES[name](_stand_in(_module(c.array), v.shape, v.dtype), c)
     return _aligned(v, x, name)
 
 
