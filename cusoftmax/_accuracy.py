@@ -36,8 +36,9 @@ LOG_TOLERANCE = {  # dtype name: (rtol, atol)
 }
 
 # Gradients (softmax_vjp, log_softmax_vjp): an absolute bound per slice, rtol times the size of
-# its terms (softmax_vjp: ``max|dy| * max(y)``, as ``|dx| <= 2 max|dy| max(y)``); the half
-# types' rtol allows for the store's rounding of results up to twice that size.
+# its terms: softmax_vjp ``max|dy| * max(y)`` (``|dx| <= 2 max|dy| max(y)``), log_softmax_vjp
+# ``max|dy| + |sum(dy)|``; the half types' rtol allows for the store's rounding of results up to
+# twice that size.
 VJP_TOLERANCE = {  # dtype name: (rtol, atol)
     "float64": (1e-10, 0.0),
     "float32": (1e-4, 0.0),

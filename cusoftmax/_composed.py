@@ -55,9 +55,14 @@ def _quiet():
 
 
 def _values(xp, x, scale, compute):
-    """``scale * x`` rounded to the compute type (the values every function works on)."""
+    """``scale * x`` rounded to the compute type (the values every function works on). A Python or
+    NumPy scalar stays on the host: no transfer to the device for it."""
     v = x.astype(compute, copy=False)
-    return v if scale is None else v * xp.asarray(scale, dtype=compute)
+    if scale is None:
+        return v
+    if isinstance(scale, (int, float, np.generic)):
+        return v * compute.type(scale)
+    return v * xp.asarray(scale, dtype=compute)
 
 
 def _kept(xp, where, b):

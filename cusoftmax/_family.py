@@ -44,6 +44,11 @@ def _broadcasts(a, shape, name: str, what: str):
         raise ValueError(f"{name} of shape {a.shape} does not broadcast to {what} {tuple(shape)}")
 
 
+def _slices_shape(c: _api.Call) -> tuple[int, ...]:
+    """The shape of `x` with the reduced axes of length 1 (one element a slice)."""
+    return tuple(1 if d in c.axes else n for d, n in enumerate(c.array.shape))
+
+
 def _real(a, name: str, bool_ok=False):
     """Real numbers: the dtypes softmax takes (bool too where `bool_ok`)."""
     if a.dtype == np.bool_ and bool_ok:
@@ -76,8 +81,7 @@ def _scale(scale, c: _api.Call):
         return scale
     s = _operand(scale, c, "scale")
     _real(s, "scale")
-    shape = tuple(1 if d in c.axes else n for d, n in enumerate(c.array.shape))
-    _broadcasts(s, shape, "scale", "one value a slice: the shape")
+    _broadcasts(s, _slices_shape(c), "scale", "one value a slice: the shape")
     return s
 
 
@@ -116,7 +120,7 @@ def _finish(c: _api.Call, out, y):
 def forward(op: str, c: _api.Call, out, where, scale, method):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
     sends here what its kernels do not take)."""
-    _no_method(method, c, op)
+    _no_method(method, c, "softmax with where= or scale=" if op == "softmax" else op)
     w, s = _where(where, c), _scale(scale, c)
     xp = _xp(c)
     with _on_device(c):
@@ -255,8 +259,8 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
         return _arrays.dask_call("logsumexp", a, axis, b, keepdims, return_sign, where=where,
                                  scale=scale, out=out)
     c = _api.prepare(a, axis, None, None, "logsumexp")
-    shape = tuple(1 if d in c.axes else n for d, n in enumerate(c.array.shape))
-    shape = shape if keepdims else tuple(n for d, n in enumerate(c.array.shape) if d not in c.axes)
+    shape = _slices_shape(c)
+    shape = shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in c.axes)
     dst = _log_sum_out(out, c, shape, return_sign)
     w, s, wb = _where(where, c), _scale(scale, c), _weights(b, c)
     xp = _xp(c)
@@ -304,7 +308,8 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
     y : array_like
         The {fn} output (any framework and dtype that :func:`cusoftmax.softmax` takes).
     dy : array_like
-        Same shape as `y`, same kind (host or GPU); cast to `y`'s result dtype.
+        Same shape as `y`, cast to `y`'s result dtype; a host `dy` with a GPU `y` is copied to
+        the GPU, a GPU `dy` with a host `y` is a TypeError.
     axis : int, tuple of ints or None, optional
         The axes {fn} reduced. Default ``-1``.
     where : bool array_like, optional
@@ -322,7 +327,8 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
     numpy.exceptions.AxisError
         If an axis is out of range.
     TypeError
-        For unsupported dtypes, a `where` that is not bool, or a `dy` of another kind.
+        For unsupported dtypes, a `where` that is not bool, or a `dy` that is not real or is
+        on the GPU with `y` on the host.
     ValueError
         For a `dy` of another shape, a `where` that does not broadcast, or `out` of the wrong
         shape.
