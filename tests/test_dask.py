@@ -153,8 +153,9 @@ def test_fully_masked_slices_over_chunks(form):
                                                     keepdims=True)), 0))
 
 
+@pytest.mark.parametrize("cols", [5, 33], ids=["split", "inside-one-chunk"])
 @pytest.mark.parametrize("form", ["dask-other-chunks", "numpy-broadcast"])
-def test_logsumexp_weights_of_both_signs(compute, form):
+def test_logsumexp_weights_of_both_signs(compute, form, cols):
     rng = np.random.default_rng(3)
     x = make_values(rng, (5, 33), F64)
     b = rng.choice([0.0, 0.5, 2.0, -1.0, -3.0], size=(5, 33))
@@ -162,7 +163,7 @@ def test_logsumexp_weights_of_both_signs(compute, form):
     if form != "dask-other-chunks":
         b = b[2]  # one row of weights for every slice
     db = da.from_array(b, chunks=(2, 11)) if b.ndim == 2 else b
-    dx = da.from_array(x, chunks=(2, 5))
+    dx = da.from_array(x, chunks=(2, cols))
     lse, sign = cusoftmax.logsumexp(dx, axis=1, b=db, return_sign=True)
     got = compute(lse, sign, cusoftmax.logsumexp(dx, axis=1, b=db))
     ref, ref_sign = sp.logsumexp(x, axis=1, b=b, return_sign=True)
