@@ -143,6 +143,9 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
             y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
             hit[1](x, y)
             return y
+    if _arrays.is_dask(x, where, scale):
+        return _arrays.dask_call("softmax", x, axis, where=where, scale=scale, out=out,
+                                 method=method)
     c = prepare(x, axis, out, method, "softmax")
     if where is not None or scale is not None:
         return _family.forward("softmax", c, out, where, scale, method)

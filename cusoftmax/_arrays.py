@@ -31,6 +31,19 @@ def _framework(obj) -> str:
     return type(obj).__module__.partition(".")[0]
 
 
+def is_dask(*objs) -> bool:
+    """Whether any of ``objs`` is a Dask collection (found by its type's module: dask itself is
+    imported only when one is passed)."""
+    return any(_framework(o) == "dask" for o in objs)
+
+
+def dask_call(name: str, *args, **kwargs):
+    """The function ``name`` of the family on Dask input (a lazy Dask array or two)."""
+    from . import _dask
+
+    return getattr(_dask, name)(*args, **kwargs)
+
+
 def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any]:
     """How to hand a result back to ``framework`` (zero-copy through DLPack or the CUDA array
     interface). Unknown producers get the CuPy (or NumPy) array itself."""

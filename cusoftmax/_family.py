@@ -185,6 +185,9 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     >>> cusoftmax.log_softmax(np.array([0.0, -50.0]))
     array([-1.92874985e-22, -5.00000000e+01])
     """
+    if _arrays.is_dask(x, where, scale):
+        return _arrays.dask_call("log_softmax", x, axis, where=where, scale=scale, out=out,
+                                 method=method)
     return forward("log_softmax", _api.prepare(x, axis, out, method, "log_softmax"), out,
                    where, scale, method)
 
@@ -252,6 +255,9 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     ...                           return_sign=True)[1])
     -1.0
     """
+    if _arrays.is_dask(a, b, where, scale):
+        return _arrays.dask_call("logsumexp", a, axis, b, keepdims, return_sign, where=where,
+                                 scale=scale, out=out)
     c = _api.prepare(a, axis, None, None, "logsumexp")
     shape = _slices_shape(c)
     shape = shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in c.axes)
@@ -282,6 +288,8 @@ def _log_sum_out(out, c: _api.Call, shape, return_sign):
 
 
 def _vjp(y, dy, axis, where, out, log: bool, op: str):
+    if _arrays.is_dask(y, dy, where):
+        return _arrays.dask_call(op, y, dy, axis, where=where, out=out)
     c = _api.prepare(y, axis, out, None, op)
     g, w = _grad(dy, c), _where(where, c)
     xp = _xp(c)

@@ -1,0 +1,229 @@
+"""Dask arrays of CuPy or NumPy chunks: every function of the family, lazily.
+
+Reduced axes inside one chunk: the ordinary function on each chunk, one task a chunk (CuPy
+chunks take the GPU kernels). Reduced axes split over chunks: one read of each chunk for the
+State of its part of every slice, a tree merge of the states (``dask.array.reduction``), and one
+read and one write of each chunk to normalise from its slice's merged state; 2 reads + 1 write,
+no rechunking of the input and no slice gathered onto one worker. The VJPs likewise: the slice
+sums by a Dask reduction, then one pass per chunk.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import partial, reduce
+from numbers import Number
+
+import dask.array as da
+import numpy as np
+from dask.array.utils import meta_from_array
+
+import cusoftmax
+
+from . import _api, _arrays, _composed, _family
+
+
+def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    return _normalized("softmax", x, axis, where, scale, out, method)
+
+
+def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    return _normalized("log_softmax", x, axis, where, scale, out, method)
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
+              scale=None, out=None):
+    a, c = _checked(a, axis, out, "logsumexp")
+    axes, dtype = c.axes, c.dtype
+    b, where, scale = (_operand(v, a, c, name) for v, name in ((b, "b"), (where, "where"),
+                                                               (scale, "scale")))
+    reduced = _reduced_chunks(a, axes)
+    meta = meta_from_array(a._meta, a.ndim, dtype)
+    if _within_chunks(a, axes):
+        res = da.map_blocks(_on_chunk, a, b, where, scale, fn=cusoftmax.logsumexp,
+                            keys=("b", "where", "scale"), axis=axes, keepdims=True,
+                            return_sign=return_sign, chunks=reduced, meta=meta)
+    else:
+        res = _states(a, axes, b=b, where=where, scale=scale).map_blocks(
+            _log_sum, return_sign=return_sign, result=dtype, meta=meta)
+    outs = (res,) if not return_sign else tuple(
+        res.map_blocks(operator.itemgetter(i), meta=meta) for i in (0, 1))
+    if not keepdims:
+        outs = tuple(r.squeeze(axis=axes) for r in outs)
+    return outs if return_sign else outs[0]
+
+
+def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    return _vjp(False, y, dy, axis, where, out)
+
+
+def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    return _vjp(True, y, dy, axis, where, out)
+
+
+def _normalized(op, x, axis, where, scale, out, method):
+    """softmax or log_softmax (``op``) of Dask array ``x``."""
+    x, c = _checked(x, axis, out, op, method)
+    axes, dtype = c.axes, c.dtype
+    where, scale = _operand(where, x, c, "where"), _operand(scale, x, c, "scale")
+    meta = meta_from_array(x._meta, x.ndim, dtype)
+    if _within_chunks(x, axes):
+        return da.map_blocks(_on_chunk, x, where, scale, fn=getattr(cusoftmax, op),
+                             keys=("where", "scale"), axis=axes, method=method, meta=meta)
+    if method is not None:
+        raise ValueError("method= chooses the kernel of whole slices; these slices are split "
+                         "over Dask chunks")
+    total = _states(x, axes, where=where, scale=scale)
+    return da.map_blocks(_normalize_chunk, x, total, where, scale, op=op, axes=axes, meta=meta)
+
+
+def _vjp(log, y, dy, axis, where, out):
+    y, c = _checked(y, axis, out, "log_softmax_vjp" if log else "softmax_vjp")
+    axes, dtype = c.axes, c.dtype
+    dy, where = _operand(dy, y, c, "dy").astype(dtype), _operand(where, y, c, "where")
+    meta = meta_from_array(y._meta, y.ndim, dtype)
+    if _within_chunks(y, axes):
+        fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+        return da.map_blocks(_on_chunk, y, dy, where, fn=fn, keys=("where",), axis=axes,
+                             meta=meta)
+    # The partial sums keep their accumulation type through Dask's sum (its dtype is the meta's).
+    acc = meta_from_array(y._meta, y.ndim, _composed.compute_types(dtype)[1])
+    parts = da.map_blocks(_vjp_sum_chunk, y, dy, where, axes=axes, log=log,
+                          chunks=_reduced_chunks(y, axes), meta=acc)
+    total = parts.sum(axis=axes, keepdims=True)
+    return da.map_blocks(_vjp_chunk, y, dy, total, where, log=log, meta=meta)
+
+
+def _checked(x, axis, out, op, method=None):
+    """(x in its result dtype, the prepared call) by the ordinary argument rules, checked on a
+    stand-in of x's shape and dtype."""
+    if out is not None:
+        raise TypeError("out= cannot be used with Dask arrays: the result is a new lazy array")
+    if not isinstance(x, da.Array):
+        x = da.asarray(x)
+    xp = _module(x._meta)
+    if xp is np and not isinstance(x._meta, np.ndarray):
+        raise TypeError(f"Dask chunks must be CuPy or NumPy arrays, not {type(x._meta).__name__}")
+    shape = tuple(1 if n != n else n for n in x.shape)  # NaN: a length unknown until computed
+    c = _api.prepare(_stand_in(xp, shape, x.dtype), axis, None, method, op)
+    return x.astype(c.dtype), c
+
+
+def _stand_in(xp, shape, dtype):
+    """An array of this shape and dtype that holds one element (a broadcast view)."""
+    return xp.broadcast_to(xp.empty((), dtype), shape)
+
+
+_RULES = {"where": _family._where, "scale": _family._scale, "b": _family._weights,
+          "dy": _family._grad}
+
+
+def _operand(v, x, c, name):
+    """`where`, `scale`, `b` or `dy` (``name``) checked by the ordinary rules (on a stand-in of
+    its shape and dtype) and aligned with x's chunks; a scalar `scale` as it is."""
+    if v is None:
+        return None
+    if isinstance(v, (Number, np.bool_)):
+        return _RULES[name](v, c)
+    v = v if hasattr(v, "dtype") else np.asarray(v)
+    if any(n != n for n in v.shape):  # NaN: a Dask array's length unknown until computed
+        raise ValueError(f"{name} of shape {v.shape} cannot be aligned with x's chunks until its "
+                         f"chunk sizes are known (compute_chunk_sizes())")
+    _RULES[name](_stand_in(_module(c.array), v.shape, v.dtype), c)
+    return _aligned(v, x, name)
+
+
+def _aligned(v, x, name):
+    """Array ``v`` (whose shape broadcasts to x's) broadcast to Dask array ``x``: in x's chunks
+    and x's chunk type. Only v is rechunked, never x; its dims of length 1 stay one chunk (a
+    broadcast, no copy)."""
+    xp = _module(x._meta)
+    if not isinstance(v, da.Array):
+        v = xp.asarray(v)
+    v = v[(None,) * (x.ndim - v.ndim)]
+    chunks = tuple((1,) if n == 1 else c for n, c in zip(v.shape, x.chunks))
+    try:
+        v = v.rechunk(chunks) if isinstance(v, da.Array) else da.from_array(v, chunks=chunks)
+        v = da.broadcast_to(v, x.shape, chunks=x.chunks)
+    except ValueError as e:
+        raise ValueError(f"{name} of shape {v.shape} and chunks {getattr(v, 'chunks', None)} "
+                         f"cannot be aligned with x's shape {x.shape} and chunks {x.chunks}: "
+                         f"{e}") from None
+    if _module(v._meta) is not xp:
+        v = v.map_blocks(xp.asarray, meta=meta_from_array(x._meta, v.ndim, v.dtype))
+    return v
+
+
+def _within_chunks(x, axes) -> bool:
+    return all(x.numblocks[a] == 1 for a in axes)
+
+
+def _reduced_chunks(x, axes):
+    """x's chunks with one chunk of length 1 per block along ``axes`` (a keepdims partial)."""
+    return tuple((1,) * n if i in axes else c for i, (c, n) in
+                 enumerate(zip(x.chunks, x.numblocks)))
+
+
+def _module(a):
+    """cupy for a CuPy array, else numpy."""
+    cupy = _arrays.cupy_or_none()
+    return cupy if cupy is not None and isinstance(a, cupy.ndarray) else np
+
+
+def _states(x, axes, **extras):
+    """The State of every slice over all of its chunks: a Dask array with one block (a State of
+    keepdims arrays) per block of the kept axes."""
+    reduced = _reduced_chunks(x, axes)
+    parts = da.map_blocks(_state_chunk, x, *extras.values(), keys=tuple(extras), axes=axes,
+                          chunks=reduced, meta=x._meta)
+    return da.reduction(parts, _state_as_is, _merged, combine=_merged, axis=axes,
+                        keepdims=True, concatenate=False, dtype=x.dtype, meta=x._meta)
+
+
+# Block functions: what each task runs.
+
+def _on_chunk(x, *arrays, fn, keys, **kw):
+    """``fn`` on one chunk; Dask aligns only positional arrays, so the keyword arrays come last
+    in the order of ``keys``."""
+    pos = len(arrays) - len(keys)
+    return fn(x, *arrays[:pos], **dict(zip(keys, arrays[pos:])), **kw)
+
+
+def _state_chunk(x, *arrays, keys, axes):
+    xp = _module(x)
+    if any(x.shape[a] == 0 for a in axes):  # an empty chunk: the merge's identity, m = -inf
+        compute, acc = _composed.compute_types(x.dtype)
+        shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+        return _composed.State(xp.full(shape, -np.inf, compute), xp.zeros(shape, acc),
+                               xp.zeros(shape, acc))
+    return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
+
+
+def _state_as_is(st, axis, keepdims):
+    return st
+
+
+def _merged(parts, axis, keepdims):
+    """The merge of the States in a nested list (one level per reduced axis)."""
+    states = _leaves(parts)
+    return reduce(partial(_composed.merge, _module(states[0].m)), states)
+
+
+def _leaves(parts):
+    return [s for p in parts for s in _leaves(p)] if isinstance(parts, list) else [parts]
+
+
+def _normalize_chunk(x, st, where, scale, *, op, axes):
+    return _composed.normalize(_module(x), op, x, st, axes, where=where, scale=scale)
+
+
+def _log_sum(st, return_sign, result):
+    return _composed.log_sum(_module(st.m), st, return_sign=return_sign, dtype=result)
+
+
+def _vjp_sum_chunk(y, dy, where, *, axes, log):
+    return _composed.vjp_sum(_module(y), y, dy, axes, where=where, log=log)
+
+
+def _vjp_chunk(y, dy, total, where, *, log):
+    return _composed.vjp(_module(y), y, dy, total, where=where, log=log)
