@@ -1,8 +1,11 @@
-// Shared device code for every softmax kernel: compute-type traits, vector loads and stores,
-// the online (m, d) state with its merge, and warp / block reductions.
+// Shared device code for every kernel family: compute-type traits, vector loads and stores,
+// the online (m, d) state with its merge, warp / block reductions, work schedules and the
+// cluster exchange. The operations (what a family loads and writes) are in ops.cuh.
 //
-// The Python loader pastes this header's text in place of `#include "common.cuh"`, so an edit
-// here changes the source string and with it CuPy's kernel cache key.
+// The Python loader pastes the text of every `#include "X.cuh"` of kernels/ in its place
+// (recursively, each header once), so an edit here changes the source string and with it CuPy's
+// kernel cache key. Values shared with Python come as -D options (CSM_*): each file that uses
+// one stops with #error where it is missing.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -11,9 +14,7 @@ namespace csm {
 
 // ---- compute types: half and bfloat16 are computed in float, float in float, double in double.
 // Elements move through memory as their bit patterns (B), so that packs of them are plain
-// integer words: a struct of __half / __nv_bfloat16 may be copied in 2-byte pieces (seen on the
-// H200: bfloat16 stores issued as 4-byte pieces, the write kernel stalled on the memory
-// instruction queue with L2 at 86% and DRAM at 22%).
+// integer words: a struct of __half / __nv_bfloat16 may be copied in 2-byte pieces [kernels-12].
 template <typename T> struct Traits;
 template <> struct Traits<float> {
     using C = float;
@@ -104,6 +105,14 @@ template <typename C> __device__ inline C shift_fix(C m) {
     return shift_ok(m) ? exp_shifted(C(0), shift_rounding(m)) : C(1);
 }
 
+// with_shift(ok, f): f(Shift<true>()) where ok (every slice at hand passes shift_ok), else
+// f(Shift<false>()); f reads the choice at compile time as decltype(shifted)::value.
+template <bool SHIFTED> struct Shift { static constexpr bool value = SHIFTED; };
+template <typename F> __device__ inline decltype(auto) with_shift(bool ok, F&& f) {
+    if (ok) return f(Shift<true>());
+    return f(Shift<false>());
+}
+
 template <typename C> __device__ inline C neg_inf();
 template <> __device__ inline float neg_inf<float>() { return -__int_as_float(0x7f800000); }
 template <> __device__ inline double neg_inf<double>() { return -__longlong_as_double(0x7ff0000000000000LL); }
@@ -168,9 +177,8 @@ __device__ inline void st_global(void* p, unsigned short w) {
 // ---- L2 eviction priorities of a two-pass kernel's accesses (sm_80 and newer; earlier GPUs
 // take them as plain accesses). A chunk's first read marks its lines evict-last, so that they
 // outlast lines read or written once; its second read (their last use) asks evict-first for
-// them, so that they are not the last to go after the kernel; its output goes out evict-first. (Where the online
-// kernel has far more chunks in flight than L2 holds, few second reads hit all the same:
-// BENCHMARKS.md, run s14-2.)
+// them, so that they are not the last to go after the kernel; its output goes out evict-first
+// [kernels-9].
 enum class L2 { normal, last, first };
 template <L2 H> __device__ inline unsigned long long l2_policy() {
     unsigned long long p = 0;
@@ -546,23 +554,14 @@ __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, 
 // ---- a run of global memory walked by a whole block in batches (online chunks, cluster spills).
 // Calls f(c, v, whole) for each of this thread's packs of the `n` elements at xr (n < 2^31:
 // 32-bit offsets), in a block of exactly THREADS threads (pack p of the run is thread p % THREADS's):
-// c the pack's offset, v its values, `whole` true where the pack is inside (a constant at each
-// call, so an inlined f tests it at compile time). WALK_BATCH packs are loaded before any is
-// used; a batch wholly inside the run (every batch but the last) loads and stores without a
-// bound test per pack.
-template <int THREADS, typename T, int V, L2 H = L2::normal, typename F>
+// c the pack's offset, v its values as Ld loads them, `whole` true where the pack is inside (a
+// constant at each call, so an inlined f tests it at compile time). WALK_BATCH packs are loaded
+// before any is used; a batch wholly inside the run (every batch but the last) loads and stores
+// without a bound test per pack.
+template <class Ld, int THREADS, typename T, int V, L2 H = L2::normal, typename F>
 __device__ inline void walk_run(const T* xr, int n, F&& f) {
     using C = compute_t<T>;
-    // Packs a thread loads before it uses any. Evidence: H200, 2026-11-30, run s18-1 (two rounds,
-    // fraction of copy; float32 128 x 524288 on the spill kernel / online rows of 2**20 / 2**21 /
-    // 2**22 / one row of 2**24 / 2**27): 4 0.768, 0.778 / 0.668, 0.686 / 0.677, 0.670 / 0.668,
-    // 0.670 / 0.615, 0.593 / 0.620, 0.625; 8 0.752, 0.741 / 0.675, 0.669 / 0.663, 0.664 / 0.660,
-    // 0.659 / 0.565, 0.584 / 0.617, 0.616; 4 with the next batch's loads issued before a batch is
-    // used (8 registers more) 0.760, 0.758 / 0.665, 0.666 / 0.678, 0.677 / 0.670, 0.685 / 0.613,
-    // 0.609 / 0.626, 0.625. A plain read of 64 MiB by 2 blocks of 512 threads an SM, 4 loads of
-    // 16 bytes in flight a thread, ran at 2.75 TB/s (s18-3), as the online kernel's read items
-    // of one row of 2**24 did (s18-2).
-    constexpr int WALK_BATCH = 4;
+    constexpr int WALK_BATCH = 4;  // packs in flight a thread: best spill and online reads [kernels-1]
     constexpr int STEP = THREADS * V;
     const unsigned long long pol = l2_policy<H>();
     int c0 = int(threadIdx.x) * V;
@@ -575,6 +574,7 @@ __device__ inline void walk_run(const T* xr, int n, F&& f) {
         for (int b = 0; b < WALK_BATCH; ++b) {
             C v[V];
             unpack_word<T, V>(w[b], v);
+            Ld::load(v);
             f(c0 + b * STEP, v, true);
         }
     }
@@ -586,6 +586,7 @@ __device__ inline void walk_run(const T* xr, int n, F&& f) {
         for (int b = 0; b < WALK_BATCH; ++b) {
             C v[V];
             unpack_word<T, V>(w[b], v);
+            Ld::load(v);
             f(c0 + b * STEP, v, false);
         }
     }
@@ -603,20 +604,22 @@ __device__ inline void store_run_pack(T* yr, int c, int n, const C (&v)[V], bool
         store_row_pack<T, V>(yr, c, n, v);
 }
 
-// A pack's values x in place: exp(x - m) * scale (SHIFTED: by exp_shifted against s = shift_of(m)).
-template <bool SHIFTED, int V, typename C> __device__ inline void normalize(C (&v)[V], C m, C s, C scale) {
+// A pack's values x in place: the op's outputs Ep::apply (SHIFTED: exps by exp_shifted against
+// s = shift_of(m)) with the slice's constant k.
+template <class Ep, bool SHIFTED, int V, typename C> __device__ inline void finish(C (&v)[V], C m, C s, C k) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = exp_by<SHIFTED>(v[j], m, s) * scale;
+    for (int j = 0; j < V; ++j) v[j] = Ep::template apply<SHIFTED>(v[j], m, s, k);
 }
 
-// exp(x - m) * scale for the run's packs, stored at yr (SHIFTED: by exp_shifted, m passes
+// The op's outputs for the run's packs, stored at yr (SHIFTED: by exp_shifted, m passes
 // shift_ok); loads and whole-pack stores under the L2 priorities LOAD and STORE.
-template <bool SHIFTED, int THREADS, typename T, int V, L2 LOAD = L2::normal, L2 STORE = L2::normal, typename C>
-__device__ inline void write_run(const T* xr, T* yr, int n, C m, C scale) {
+template <class Ld, class Ep, bool SHIFTED, int THREADS, typename T, int V, L2 LOAD = L2::normal,
+          L2 STORE = L2::normal, typename C>
+__device__ inline void write_run(const T* xr, T* yr, int n, C m, C k) {
     const C s = shift_of(m);
     const unsigned long long pol = l2_policy<STORE>();
-    walk_run<THREADS, T, V, LOAD>(xr, n, [&](int c, C(&v)[V], bool whole) {
-        normalize<SHIFTED>(v, m, s, scale);
+    walk_run<Ld, THREADS, T, V, LOAD>(xr, n, [&](int c, C(&v)[V], bool whole) {
+        finish<Ep, SHIFTED>(v, m, s, k);
         store_run_pack<T, V, STORE>(yr, c, n, v, whole, pol);
     });
 }

@@ -1,5 +1,9 @@
 // Softmax over a strided axis, without a transposing copy, in one launch.
 //
+//   kernel (after Ld, Ep)  holds on chip                     passes over memory         used for
+//   columns<T, V>          V columns' running (m, d) a thread 2 reads (the second from L2) any axis
+//   slab<T, V, CL>         a strip over the axis, CL blocks'  1 read, 1 write            axes a cluster holds (sm_90)
+//
 // The input is seen as [outer][n][inner], inner contiguous, softmax over n: element (o, k, i)
 // is at x + o * xso + k * xsn + i (y likewise). V divides xso, xsn, yso, ysn and both base
 // addresses are V-aligned; the last pack of the inner axis may be partial.
@@ -14,11 +18,17 @@
 //   read item   per column (m, d) of the chunk: per thread, then merged over the S step lanes in
 //               order; the block that completes a strip's last chunk merges its chunks in order.
 //   write item  reads the chunk again (from L2 when the strip's group still is there) and
-//               writes exp(x - m) / d.
+//               writes Ep's outputs (softmax: exp(x - m) / d).
 //
 // DRAM traffic: 1 read + 1 write per element when a group stays in L2 between the passes,
 // 2 reads + 1 write otherwise, plus 16 bytes of partials per chunk per column.
 #include "common.cuh"
+#include "ops.cuh"
+
+#if !defined(CSM_COLUMNS_THREADS) || !defined(CSM_COLUMNS_BLOCKS_PER_SM) || !defined(CSM_SLAB_MAX_COLS) || \
+    !defined(CSM_SLAB_MAX_THREADS) || !defined(CSM_SLAB_SCRATCH)
+#error "softmax_columns.cu needs -DCSM_COLUMNS_THREADS, -DCSM_COLUMNS_BLOCKS_PER_SM, -DCSM_SLAB_MAX_COLS, -DCSM_SLAB_MAX_THREADS and -DCSM_SLAB_SCRATCH from the loader"
+#endif
 
 namespace csm {
 
@@ -55,7 +65,7 @@ struct StripLane {
 // Each of this thread's V columns' (m, d) over its steps k0 + lane, k0 + lane + lanes, ... < k1,
 // from xo (the thread's first column at step 0), in batches of B steps; S: the state (MD<C>, or
 // any type with its identity() and push_pack).
-template <typename T, int V, int B = COLUMN_BATCH, typename S>
+template <class Ld, typename T, int V, int B = COLUMN_BATCH, typename S>
 __device__ inline void column_states(const T* xo, const StripLane& at, long long k0, long long k1,
                                      long long xsn, S (&s)[V]) {
     using C = compute_t<T>;
@@ -69,6 +79,7 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
         for (int b = 0; b < B; ++b) {
             C v[V];
             unpack(p[b], v);
+            Ld::load(v);
 #pragma unroll
             for (int j = 0; j < V; ++j) w[j][b] = v[j];
         }
@@ -77,10 +88,10 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
     }
 }
 
-// The same steps read again and written, exp(x - m) * scale per column, to yo.
-template <typename T, int V, int B = COLUMN_BATCH, typename C>
+// The same steps read again and written, Ep's outputs with each column's m and constant, to yo.
+template <class Ld, class Ep, typename T, int V, int B = COLUMN_BATCH, typename C>
 __device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, long long k0, long long k1,
-                                     long long xsn, long long ysn, const C (&m)[V], const C (&scale)[V]) {
+                                     long long xsn, long long ysn, const C (&m)[V], const C (&consts)[V]) {
     for (long long k = k0 + at.lane; k < k1; k += B * at.lanes) {
         Pack<T, V> p[B];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
@@ -90,20 +101,21 @@ __device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, lo
             if (kb >= k1) break;
             C v[V];
             unpack(p[b], v);
+            Ld::load(v);
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - m[j]) * scale[j];
+            for (int j = 0; j < V; ++j) v[j] = Ep::template apply<false>(v[j], m[j], m[j], consts[j]);
             store_row_pack<T, V>(yo + kb * ysn, 0, at.left, v);
         }
     }
 }
 
-template <typename T, int V, typename C>
+template <class Ld, typename T, int V, typename C>
 __device__ inline void columns_read(const T* x, long long xso, long long xsn,
                                     const StripLane& at, long long k0, long long k1, long long c,
                                     long long chunks, int width, double* line_part,
                                     double* line_stats, unsigned* line_count, MD<C>* red, int* flag) {
     MD<C> s[V];
-    column_states<T, V>(x + at.o * xso + at.col, at, k0, k1, xsn, s);
+    column_states<Ld, T, V>(x + at.o * xso + at.col, at, k0, k1, xsn, s);
     // Merge over the step lanes, in lane order, column by column; lane 0 writes the partials.
     const int cols = width * V;
     double* chunk_part = line_part + 2LL * c * cols;
@@ -126,28 +138,29 @@ __device__ inline void columns_read(const T* x, long long xso, long long xsn,
     line_merged(line_count);
 }
 
-template <typename T, int V, typename C>
+template <class Ld, class Ep, typename T, int V, typename C>
 __device__ inline void columns_write(const T* x, T* y, long long xso, long long xsn, long long yso,
                                      long long ysn, const StripLane& at, long long k0, long long k1,
                                      long long chunks, const double* line_stats,
                                      const unsigned* line_count) {
     wait_count(line_count, unsigned(chunks + 1));  // chunks counted, then merged
-    C m[V], scale[V];
+    C m[V], k[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
         const MD<C> s = get_md<C>(line_stats + 2 * (at.pack * V + j));
         m[j] = s.m;
-        scale[j] = scale_of(s.d, C());
+        k[j] = Ep::constant(s.m, s.d);
     }
-    column_writes<T, V>(x + at.o * xso + at.col, y + at.o * yso + at.col, at, k0, k1, xsn, ysn, m, scale);
+    column_writes<Ld, Ep, T, V>(x + at.o * xso + at.col, y + at.o * yso + at.col, at, k0, k1, xsn, ysn, m, k);
 }
 
-// Blocks of at most COLUMNS_MAX_THREADS threads, `width` (a power of two) dividing the block.
-constexpr int COLUMNS_MAX_THREADS = 256;
+// Blocks of at most COLUMNS_MAX_THREADS threads, `width` (a power of two) dividing the block,
+// CSM_COLUMNS_BLOCKS_PER_SM of them resident an SM by the bounds.
+constexpr int COLUMNS_MAX_THREADS = CSM_COLUMNS_THREADS;
 
-template <typename T, int V>
-__global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
-    softmax_columns(const T* x, T* y, void* work, long long outer, long long n, long long inner,
+template <class Ld, class Ep, typename T, int V>
+__global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM)
+    columns(const T* x, T* y, void* work, long long outer, long long n, long long inner,
                     long long xso, long long xsn, long long yso, long long ysn, long long chunk,
                     long long chunks, long long per_group, int width) {
     using C = compute_t<T>;
@@ -167,10 +180,10 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
             const StripLane at(line, strips, inner, width, V);
             const long long k0 = c * chunk, k1 = min(n, k0 + chunk);
             if (write)
-                columns_write<T, V, C>(x, y, xso, xsn, yso, ysn, at, k0, k1, chunks,
+                columns_write<Ld, Ep, T, V, C>(x, y, xso, xsn, yso, ysn, at, k0, k1, chunks,
                                        ws.stats + 2 * line * cols, ws.count + line);
             else
-                columns_read<T, V, C>(x, xso, xsn, at, k0, k1, c, chunks, width,
+                columns_read<Ld, T, V, C>(x, xso, xsn, at, k0, k1, c, chunks, width,
                                       ws.part + 2 * line * chunks * cols, ws.stats + 2 * line * cols,
                                       ws.count + line, red, &flag);
         }
@@ -188,10 +201,10 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, 3)
 // of warps (the warps' merge takes a group of lanes a warp).
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
-constexpr int SLAB_MAX_COLS = 64;  // columns per strip, at most
+constexpr int SLAB_MAX_COLS = CSM_SLAB_MAX_COLS;  // columns per strip, at most
 
 // This thread's part of a block's slab: pack `pack` at steps lane, lane + lanes, ... < count.
-template <typename T, int V> struct SlabPart {
+template <class Ld, typename T, int V> struct SlabPart {
     T* s;
     int pack, lane, lanes, width, count;
     __device__ T* at(int k) const { return s + ((long long)k * width + pack) * V; }
@@ -200,11 +213,13 @@ template <typename T, int V> struct SlabPart {
     __device__ void load(const T* src, long long xsn, int k, long long left) const {
         stage_pack<T, V>(at(k), src + k * xsn, left);
     }
-    // Each of the pack's V columns: its largest element at this thread's steps in [k0, k1) (k0 a
-    // multiple of lanes), into m (which holds -inf; fmax semantics). Half types compare pairs as
-    // they are (one HMNMX2 per two columns a step, no conversions): the same maxima.
+    // Each of the pack's V columns: its largest element (as Ld loads it) at this thread's steps in
+    // [k0, k1) (k0 a multiple of lanes), into m (which holds -inf; fmax semantics). Half types
+    // compare pairs as they are (one HMNMX2 per two columns a step, no conversions): the same
+    // maxima where Ld keeps the elements (Ld::BITS).
     __device__ void max(float (&m)[V], int k0, int k1) const {
         if constexpr (sizeof(T) == 2 && V >= 2) {
+            static_assert(Ld::BITS, "half pairs compared as loaded");
             using T2 = typename Traits<T>::T2;
             T2 top[V / 2], w[V / 2];
 #pragma unroll
@@ -221,6 +236,7 @@ template <typename T, int V> struct SlabPart {
             for (int k = k0 + lane; k < k1; k += lanes) {
                 float v[V];
                 unpack(load_pack<T, V>(at(k)), v);
+                Ld::load(v);
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[j] = fmax(m[j], v[j]);
             }
@@ -262,7 +278,7 @@ __device__ inline void merge_column_pairs(const float* pairs, int nb, int G, int
 // A line's column pairs merged over the block's warps, then over the cluster's CL blocks in
 // round k of `mail`: on entry m[j] and d[j] are the warp's max of column pack * V + j and its sum
 // of exp against that max (on every lane of the pack); on return m[j] is the column's max and
-// scale[j] 1 / its sum, the same bits on every block. The warps' pairs are merged per column
+// consts[j] Ep's constant of it, the same bits on every block. The warps' pairs are merged per column
 // (lane w of a column's group takes warp w's pair) and sent to every block of the cluster (lane w
 // to blocks w, w + warps, ...); then column c merges the blocks' pairs in the same shuffle tree
 // on every block. `recv`: two rounds of [RB][cols] (m, d) float pairs, RB at least the cluster's
@@ -270,8 +286,8 @@ __device__ inline void merge_column_pairs(const float* pairs, int nb, int G, int
 // warps' (no peer sends into it before this block has sent round k's pairs, which it does only
 // after reading its warps'). `fin`: [cols] pairs, read by every thread after the last barrier
 // here.
-template <int CL, int V>
-__device__ inline void cluster_columns(float (&m)[V], const float (&d)[V], float (&scale)[V], int pack,
+template <class Ep, int CL, int V>
+__device__ inline void cluster_columns(float (&m)[V], const float (&d)[V], float (&consts)[V], int pack,
                                        int width, int cols, int rank, int k, int RB,
                                        const Mail<CL>& mail, float* recv, float* fin) {
     float* round = recv + (k & 1) * 2 * RB * cols;
@@ -292,33 +308,29 @@ __device__ inline void cluster_columns(float (&m)[V], const float (&d)[V], float
     merge_column_pairs(round, CL, CL, cols, [&](int c, int b, float top, float sum) {
         if (b == 0) {
             fin[2 * c] = top;
-            fin[2 * c + 1] = scale_of(sum, float());
+            fin[2 * c + 1] = Ep::constant(top, sum);
         }
     });
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < V; ++j) m[j] = fin[2 * (pack * V + j)], scale[j] = fin[2 * (pack * V + j) + 1];
+    for (int j = 0; j < V; ++j) m[j] = fin[2 * (pack * V + j)], consts[j] = fin[2 * (pack * V + j) + 1];
 }
 
-constexpr int SLAB_MAX_THREADS = 256;
+constexpr int SLAB_MAX_THREADS = CSM_SLAB_MAX_THREADS;
 constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
 // Dynamic shared memory ahead of the slab: two barriers of the blocks' exchange (Mail), per
-// column the merged (m, scale) (SLAB_SCRATCH bytes); then cluster_columns' two rounds of column
+// column the merged (m, k) (SLAB_SCRATCH bytes); then cluster_columns' two rounds of column
 // pairs, each [max(CL, SLAB_MAX_WARPS)][cols] (m, d) floats (16 * max(CL, SLAB_MAX_WARPS) * cols
 // bytes).
-constexpr int SLAB_SCRATCH = 16 + SLAB_MAX_COLS * 2 * 4;
-// A line's copies, committed in groups, each group's max walked as soon as it lands. Evidence:
-// H200, 2026-11-30, run s13-2 (three rounds, axis 0 of 4096 x 16384 / 16384 x 4096): 4 groups
-// against one, float32 0.78 each / 0.62, 0.63, 0.62 against 0.77, 0.77, 0.76 / 0.61 each;
-// bfloat16 0.62 each / 0.53 each against 0.61 each / 0.53 each. Run s13-7 (three rounds), 8 groups
-// against 4: float32 0.80, 0.79, 0.80 / 0.64, 0.62, 0.63 against 0.79 each / 0.63, 0.62, 0.63;
-// bfloat16 0.57 each / 0.48, 0.50, 0.49 against 0.65 each / 0.56, 0.55, 0.55.
+constexpr int SLAB_SCRATCH = CSM_SLAB_SCRATCH;
+static_assert(SLAB_SCRATCH >= 16 + SLAB_MAX_COLS * 2 * 4, "SLAB_SCRATCH holds the barriers and a pair per column");
+// A line's copies in groups, each group's max walked as soon as it lands: 4 beat 1 and 8 [kernels-11].
 constexpr int SLAB_COPY_GROUPS = 4;
 
 // At most 64 registers a thread: 4 blocks of 256 threads per SM.
-template <typename T, int V, int CL>
+template <class Ld, class Ep, typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4)
-    softmax_slab(const T* x, T* y, long long outer, long long n, long long inner, long long xso,
+    slab(const T* x, T* y, long long outer, long long n, long long inner, long long xso,
                  long long xsn, long long yso, long long ysn, int width) {
     static_assert(sizeof(compute_t<T>) == 4, "slab: float compute types");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -329,7 +341,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
     const int rank = int(cluster_rank<CL>());
     const long long per = (n + CL - 1) / CL, k0 = rank * per;
     const int cols = width * V;
-    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * RB * cols),
+    const SlabPart<Ld, T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * RB * cols),
                               int(threadIdx.x % width), int(threadIdx.x / width),
                               int(blockDim.x / width), width, int(max(0LL, min(n, k0 + per) - k0))};
     // Steps of a copy group: this thread's steps cut in SLAB_COPY_GROUPS, times lanes.
@@ -367,18 +379,20 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
         if (left > 0)
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
+                Ld::load(v);
 #pragma unroll
                 for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
             }
         warp_columns_reduce(d, width, SumOp());
-        float scale[V];
-        cluster_columns(m, d, scale, part.pack, width, cols, rank, k, RB, mail, recv, fin);
+        float c[V];
+        cluster_columns<Ep>(m, d, c, part.pack, width, cols, rank, k, RB, mail, recv, fin);
         if (left > 0) {
             T* dst = y + offset(line, yso, ysn);
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
+                Ld::load(v);
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[j] = fast_exp(v[j] - m[j]) * scale[j];
+                for (int j = 0; j < V; ++j) v[j] = Ep::template apply<false>(v[j], m[j], m[j], c[j]);
                 store_row_pack<T, V>(dst + s * ysn, 0, left, v);
             }
         }

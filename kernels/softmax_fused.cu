@@ -1,37 +1,29 @@
 // Fused softmax: the row is held on chip, so each element is read once and written once
 // (2 * itemsize bytes of DRAM traffic per element, the floor for any softmax).
 //
-//   softmax_registers<T, V, P, R, W>  row in registers: W lanes (a power of two up to 32;
-//                           W = 0: `width` lanes, a multiple of 32 up to 1024) share a row,
-//                           each holding P packs of V elements; rows of up to lanes * P * V
-//                           elements. R rows per lane group per iteration (several rows per
-//                           warp when W < 32) keep enough loads in flight for short rows; R = 0
-//                           marks wide rows (more than 32 lanes), a row a block, which reduce
-//                           through shared memory.
-//   softmax_short_spans<T, V, P, R, W>  softmax_registers' short rows, for rows off 16-byte
-//                           boundaries, in the 16-byte packs of their aligned spans.
-//   softmax_flat<T, E, W>   short rows off 16-byte boundaries that lie back to back in x and y:
-//                           each warp stages a run of rows by 16-byte copies, works each row
-//                           with W lanes of E values, and stores the run by 16-byte stores.
-//   softmax_tiles<T, V, R>  short rows staged in shared memory by asynchronous copies: each
-//                           warp stages a tile of rows (R per lane group) before reducing any.
-//   softmax_block<T, V>     row in one block's dynamic shared memory (up to the device's opt-in
-//                           limit), staged by asynchronous copies, then walked three times on
-//                           chip (max, sum of exp, write).
-//   softmax_cluster<T, V, CL>  (sm_90 and newer) the same with the row cut into CL slices, one
-//                           per block of a thread-block cluster; the blocks merge their slices'
-//                           (max, sum) pairs through distributed shared memory, and each writes
-//                           its slice. Rows up to CL times a block's shared memory.
-//   softmax_spill<T, V, CL>  (sm_90 and newer) longer rows on a cluster: each block holds the
-//                           first `held` packs of its slice and reads the rest from global
-//                           memory twice (with the held packs in flight, then for the writes).
-//   softmax_grid<T, V>      rows cut into chunks of `chunk` elements spread over every block of
-//                           the GPU (all resident at once: a cooperative launch), each chunk
-//                           held in a block's shared memory from its read to its write: its
-//                           (m, d) goes to global memory, the write waits for the row's other
-//                           chunks. A block holds `ahead + lag` chunks: copies in flight and
-//                           chunks waiting for their rows. Rows up to (lag + 1) chunks per
-//                           resident block, on any GPU.
+//   kernel (after Ld, Ep)      holds on chip                      passes over memory  used for
+//   registers<T, V, P, R, W>   rows in registers                  1 read, 1 write     rows to 1024 lanes * P * V
+//   short_spans<T, V, P, R, W> short rows in registers            1 read, 1 write     short rows off 16 bytes
+//   flat<T, E, W>              a warp's run of rows, shared mem   1 read, 1 write     the same, back to back
+//   tiles<T, V, R>             a warp's tile of rows, shared mem  1 read, 1 write     short rows
+//   block<T, V>                a row, a block's shared memory     1 read, 1 write     rows to the opt-in limit
+//   cluster<T, V, CL>          a row, CL blocks' shared memory    1 read, 1 write     rows to CL blocks' (sm_90)
+//   spill<T, V, CL>            a row's first packs, CL blocks'    rest read twice     longer rows (sm_90)
+//   grid<T, V>                 chunks of rows, every block's      1 read, 1 write     few rows, any GPU
+//
+// registers: W lanes (a power of two up to 32) share a short row, each holding P packs of V
+// elements, R rows per lane group at once (several rows per warp when W < 32); R = W = 0 marks
+// wide rows, a row a block of `width` lanes (a multiple of 32 up to 1024) that reduce through
+// shared memory. short_spans: registers' short rows in the 16-byte packs of their aligned spans.
+// flat: each warp stages a run of rows by 16-byte copies, works each row with W lanes of E values
+// and stores the run by 16-byte stores. tiles: each warp stages R rows per lane group by
+// asynchronous copies before reducing any. block: the row staged by asynchronous copies, then
+// walked three times on chip (max, sum of exp, write). cluster: the blocks merge their slices'
+// (max, sum) pairs through distributed shared memory, each writes its slice. spill: a cluster
+// block holds its slice's first `held` packs and reads the rest twice (with the held packs in
+// flight, then for the writes). grid: chunks of `chunk` elements over every block (all resident:
+// a cooperative launch), each held from its read to its write; a block holds `ahead + lag`
+// chunks, rows up to (lag + 1) chunks per resident block.
 //
 // Here m is the row's final max, so plain exp(x - m) already follows SciPy: padding and -inf
 // entries give 0, and a row whose max is -inf, +inf or whose sum is NaN comes out all NaN.
@@ -44,6 +36,12 @@
 // x may equal y (in place): every element is read before it is written, by the same thread, so
 // the pointers are not declared __restrict__.
 #include "common.cuh"
+#include "ops.cuh"
+
+#if !defined(CSM_FUSED_SCRATCH) || !defined(CSM_SPILL_THREADS) || !defined(CSM_SHORT_ROWS_THREADS) || \
+    !defined(CSM_FLAT_THREADS)
+#error "softmax_fused.cu needs -DCSM_FUSED_SCRATCH, -DCSM_SPILL_THREADS, -DCSM_SHORT_ROWS_THREADS and -DCSM_FLAT_THREADS from the loader"
+#endif
 
 namespace csm {
 
@@ -66,13 +64,14 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
 }
 
 // Rows of up to 32 lanes (W of them, known at compile time so the shuffles unroll), R rows per
-// lane group per iteration, blocks of up to 128 threads. The loop runs per warp, not per row:
-// every lane runs the same iterations, so the shuffles stay converged. A group takes R rows per
-// iteration (rows g, g + groups, ...), all loads issued first, and loads the next iteration's
-// packs, as bits, before working on this one's, so loads stay in flight while it computes.
+// lane group per iteration, blocks of up to CSM_SHORT_ROWS_THREADS threads. The loop runs per
+// warp, not per row: every lane runs the same iterations, so the shuffles stay converged. A group
+// takes R rows per iteration (rows g, g + groups, ...), all loads issued first, and loads the
+// next iteration's packs, as bits, before working on this one's, so loads stay in flight while
+// it computes.
 // SPAN: rows in the 16-byte packs of their aligned spans (head_of), W * P * V >= cols + V - 1;
 // a row's head is taken from x's row for the loads and from y's (the same) for the stores.
-template <typename T, int V, int P, int R, int W, bool SPAN = false>
+template <class Ld, class Ep, typename T, int V, int P, int R, int W, bool SPAN = false>
 __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, long long ldx,
                                   long long ldy) {
     using C = compute_t<T>;
@@ -111,6 +110,7 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 unpack_word<T, V>(raw[r][p], v[r][p]);
+                Ld::load(v[r][p]);
                 if constexpr (SPAN) mask_span<V>(v[r][p], (p * W + sub) * V, head, head + cols);
             }
         }
@@ -129,22 +129,19 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
         bool shifted = true;
 #pragma unroll
         for (int r = 0; r < R; ++r) shifted = shifted && shift_ok(m[r]);
-        if (shifted)
-            exp_rows<true>(v, m, d);
-        else
-            exp_rows<false>(v, m, d);
+        with_shift(shifted, [&](auto sh) { exp_rows<decltype(sh)::value>(v, m, d); });
         lanes_reduce_rows<W>(d, SumOp());
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const long long row = first + (long long)r * groups + group;
             if (row >= rows) break;
-            const C scale = scale_of(d[r], C());
+            const C k = Ep::constant(m[r], d[r]);
             const int head = SPAN ? head_of(y + row * ldy) : 0, end = head + cols;
             T* yr = y + row * ldy - head;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[r][p][j] *= scale;
+                for (int j = 0; j < V; ++j) v[r][p][j] = Ep::apply_term(v[r][p][j], k);
                 store_row_pack<T, V, SPAN>(yr, (p * W + sub) * V, end, v[r][p], head);
             }
         }
@@ -158,8 +155,8 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 // Wide rows of half types read their spans' first and last packs whole (load_span_word); the
 // others take element loads there: float32's wide rows would spill 40 bytes under their bound
 // of 32 registers (ptxas, sm_90). The half types' spill 4 bytes, in the branch of a partial
-// pack's element stores (run s25-2 has their times).
-template <typename T, int V, int P, bool SPAN>
+// pack's element stores [kernels-2].
+template <class Ld, class Ep, typename T, int V, int P, bool SPAN>
 __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, long long ldx,
                                  long long ldy) {
     using C = compute_t<T>;
@@ -176,6 +173,7 @@ __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, lon
             const int c = (p * lanes + t) * V;
             unpack_word<T, V>(WHOLE ? load_span_word<T, V>(xr, c, end, head, whole)
                                     : load_row_word<T, V, SPAN>(xr, c, end, neg_inf<C>(), head), v[0][p]);
+            Ld::load(v[0][p]);
             if constexpr (WHOLE) mask_span<V>(v[0][p], c, head, end);
         }
         C mine = neg_inf<C>();
@@ -186,71 +184,59 @@ __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, lon
         m[0] = block_reduce_once(mine, scratch[0], MaxOp());
         // At most 16 terms per lane, then trees over at most 1024 lanes: a float sum stays far
         // inside 1e-5. Padding (-inf) gives 0.
-        if (shift_ok(m[0]))
-            exp_rows<true>(v, m, d);
-        else
-            exp_rows<false>(v, m, d);
-        const C scale = scale_of(block_reduce_once(d[0], scratch[1], SumOp()), C());
+        with_shift(shift_ok(m[0]), [&](auto sh) { exp_rows<decltype(sh)::value>(v, m, d); });
+        const C k = Ep::constant(m[0], block_reduce_once(d[0], scratch[1], SumOp()));
         T* yr = y + row * ldy - head;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[0][p][j] *= scale;
+            for (int j = 0; j < V; ++j) v[0][p][j] = Ep::apply_term(v[0][p][j], k);
             store_row_pack<T, V, SPAN>(yr, (p * lanes + t) * V, end, v[0][p], head);
         }
     }
 }
 
 // Blocks of wide rows resident an SM by their bounds: two of 1024 threads (at most 32 registers
-// a thread) for 16-byte packs of types of up to 4 bytes, else one (ptxas, sm_90: at 32 registers
-// the narrower packs spill 36 to 340 bytes, double's 16-byte packs too; at 64 none but double's
-// 16 bytes). Evidence: H200, 2026-12-01, run s22-6 (see REGISTERS_WIDE_MAX_BYTES in
-// cusoftmax/_dispatch.py).
+// a thread) for 16-byte packs of types of up to 4 bytes, else one: fewer registers spill [kernels-3].
 template <typename T, int V> constexpr int WIDE_BLOCKS = sizeof(T) < 8 && sizeof(T) * V == 16 ? 2 : 1;
 
 // Wide rows of 16-byte packs walk rows in their spans (aligned rows: head 0), but half types'
-// aligned rows take the plain path by a branch per launch (WIDE_PLAIN). Evidence: H200,
-// 2026-12-01 (us, aligned rows against main's kernel): the span path alone, runs s23-3 and s23-9:
-// float32 1024 129.3, 130.1, 130.2 against 129.4, 130.2, 129.9; float16 2048 69.3, 70.2, 70.3
-// against 67.9, 68.0, 68.2; bfloat16 2048 68.0, 68.3, 68.5 against 67.8, 67.9, 68.6. With the
-// branch, runs s23-6 and s23-8: float32 1024 132.9, 134.1, 134.2, 134.3 against 130.3, 130.4,
-// 131.6; float16 2048 67.8; bfloat16 2048 67.7, 68.8, 68.4, 68.4 against 68.2, 68.4, 68.5.
+// aligned rows take the plain path by a branch per launch: faster there, slower for float32 [kernels-4].
 template <typename T> constexpr bool WIDE_PLAIN = sizeof(T) == 2;
 
-// R >= 1: short rows (short_rows), W lanes a row, blocks of up to 128 threads. R = 0 (W = 0):
-// wide rows (wide_rows), `width` lanes a row and a block, at most 1024 (rows of at most 1024 *
-// P * V elements, so column offsets fit an int). Short rows state no blocks an SM (0): with an
-// explicit 1, ptxas laid out their code otherwise and bfloat16 rows of 32 and 1024 lost 4 to 5%
-// (H200, 2026-12-01, run s22-6: 71.7 to 72.7 us against 68.8 to 69.3).
-template <typename T, int V, int P, int R, int W>
-__global__ void __launch_bounds__(R ? 128 : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
-    softmax_registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
+// R >= 1: short rows (short_rows), W lanes a row, blocks of up to CSM_SHORT_ROWS_THREADS threads.
+// R = 0 (W = 0): wide rows (wide_rows), `width` lanes a row and a block, at most 1024 (rows of at
+// most 1024 * P * V elements, so column offsets fit an int). Short rows state no blocks an SM (0):
+// ptxas lays out their code better than with an explicit 1 [kernels-5].
+template <class Ld, class Ep, typename T, int V, int P, int R, int W>
+__global__ void __launch_bounds__(R ? CSM_SHORT_ROWS_THREADS : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
+    registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
                       int width) {
     static_assert((R == 0) == (W == 0), "short rows name their lanes, wide rows take `width`");
     if constexpr (R == 0) {
         if (int(blockDim.x) != width) __trap();  // a row a block
         if constexpr (SPANS<T, V> && WIDE_PLAIN<T>) {
-            if (in_spans(x, y, ldx, ldy)) return wide_rows<T, V, P, true>(x, y, rows, cols, ldx, ldy);
-            return wide_rows<T, V, P, false>(x, y, rows, cols, ldx, ldy);
+            if (in_spans(x, y, ldx, ldy)) return wide_rows<Ld, Ep, T, V, P, true>(x, y, rows, cols, ldx, ldy);
+            return wide_rows<Ld, Ep, T, V, P, false>(x, y, rows, cols, ldx, ldy);
         }
         if (SPANS<T, V> && !rows_alike(x, y, ldx, ldy)) __trap();
-        wide_rows<T, V, P, SPANS<T, V>>(x, y, rows, cols, ldx, ldy);
+        wide_rows<Ld, Ep, T, V, P, SPANS<T, V>>(x, y, rows, cols, ldx, ldy);
     } else {
-        short_rows<T, V, P, R, W>(x, y, rows, cols, ldx, ldy);
+        short_rows<Ld, Ep, T, V, P, R, W>(x, y, rows, cols, ldx, ldy);
     }
 }
 
-// Short rows (as softmax_registers' R >= 1) in the 16-byte packs of their aligned spans: launched
-// by the policy only for rows off 16-byte boundaries whose x and y rows lie alike (a trap
-// otherwise), so aligned short rows keep softmax_registers' code. `width`: the registers
-// kernel's arguments (W is the lanes).
-template <typename T, int V, int P, int R, int W>
-__global__ void __launch_bounds__(128, 0)
-    softmax_short_spans(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
+// Short rows (as registers' R >= 1) in the 16-byte packs of their aligned spans: launched by the
+// policy only for rows off 16-byte boundaries whose x and y rows lie alike (a trap otherwise), so
+// aligned short rows keep registers' code. `width`: the registers kernel's arguments (W is the
+// lanes).
+template <class Ld, class Ep, typename T, int V, int P, int R, int W>
+__global__ void __launch_bounds__(CSM_SHORT_ROWS_THREADS, 0)
+    short_spans(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
                         int width) {
     static_assert(SPANS<T, V> && R >= 1 && W >= 1, "short rows in 16-byte packs");
     if (width != W || !rows_alike(x, y, ldx, ldy)) __trap();
-    short_rows<T, V, P, R, W, true>(x, y, rows, cols, ldx, ldy);
+    short_rows<Ld, Ep, T, V, P, R, W, true>(x, y, rows, cols, ldx, ldy);
 }
 
 // A slice of a row staged in shared memory as bits, walked by one thread: its packs are
@@ -259,8 +245,8 @@ __global__ void __launch_bounds__(128, 0)
 // loads, -inf past it. Each thread walks exactly the packs it staged, so after copy_wait() it
 // needs no barrier. Three walks on chip follow: max, sum of exp, write. SPAN: the slice is one
 // of a row's aligned span, whose elements before column `lo` of the slice are not the row's
-// (-inf, not written).
-template <typename T, int V, bool SPAN = false> struct Staged {
+// (-inf, not written). Ld: the values' load; Ep: the writes' op.
+template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Staged {
     using C = compute_t<T>;
     T* s;
     int first, stride, count;
@@ -288,31 +274,25 @@ template <typename T, int V, bool SPAN = false> struct Staged {
         }
     }
     __device__ C max() const {
+        static_assert(Ld::BITS, "the maxima of the staged packs' bits (pack_max) are those of x");
         C m = neg_inf<C>();
         for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
         return m;
     }
-    // The slice's sum of exp(x - m), and its writes exp(x - m) * scale. SHIFT: by exp_shifted
-    // where shift_ok(m), which is exact only where the slice's sum and writes use the same m
-    // (or multiply by shift_fix(m)).
+    // The slice's sum of exp(x - m), and its writes, Ep's outputs with constant k. SHIFT: by
+    // exp_shifted where shift_ok(m), which is exact only where the slice's sum and writes use the
+    // same m (or the writes' constant is Ep::shifted_writes).
     template <bool SHIFT> __device__ C sum(C m) const {
-        return SHIFT && shift_ok(m) ? sum_by<true>(m) : sum_by<false>(m);
+        return with_shift(SHIFT && shift_ok(m), [&](auto sh) { return sum_by<decltype(sh)::value>(m); });
     }
-    template <bool SHIFT> __device__ void write(T* y, long long left, C m, C scale) const {
-        if (SHIFT && shift_ok(m))
-            write_by<true>(y, left, m, scale);
-        else
-            write_by<false>(y, left, m, scale);
+    template <bool SHIFT> __device__ void write(T* y, long long left, C m, C k) const {
+        with_shift(SHIFT && shift_ok(m), [&](auto sh) { write_by<decltype(sh)::value>(y, left, m, k); });
     }
 
     // Double keeps each term of its sum, exp(x - m), in place of x (sum_kept), and its writes
-    // scale the kept terms (write_kept): one exp of double an element (some twenty FP64
-    // instructions) in place of two. The same bits as sum<false> and, where the scale is that of
-    // m, write<false>. Evidence: H200, 2026-12-01, run s21-4 (two rounds, fraction of copy,
-    // float64 rows, against exp in both walks): block rows of 1024 / 2048 / 4096 0.99, 1.00 /
-    // 0.99, 0.98 / 0.93 each against 0.77 each / 0.76 each / 0.73, 0.72; cluster rows of 8192 /
-    // 16384 / 32768 / 65536 / 131072 0.90 / 0.85 / 0.84, 0.83 / 0.77 / 0.64 against 0.68 / 0.64
-    // / 0.63 / 0.58 / 0.51, 0.52.
+    // take the kept terms (write_kept): one exp of double an element (some twenty FP64
+    // instructions) in place of two [kernels-6]. The same bits as sum<false> and, where the
+    // constant is that of m, write<false>.
     __device__ C sum_kept(C m) const {
         static_assert(sizeof(T) == sizeof(C), "kept terms are stored exactly, in the compute type");
         C part = 0;
@@ -326,10 +306,10 @@ template <typename T, int V, bool SPAN = false> struct Staged {
         });
         return part;
     }
-    __device__ void write_kept(T* y, long long left, C scale) const {
+    __device__ void write_kept(T* y, long long left, C c) const {
         each([&](int k, C(&v)[V]) {
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[j] *= scale;
+            for (int j = 0; j < V; ++j) v[j] = Ep::apply_term(v[j], c);
             store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
         });
     }
@@ -340,6 +320,7 @@ template <typename T, int V, bool SPAN = false> struct Staged {
         for (int k = first; k < count; k += stride) {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
+            Ld::load(v);
             f(k, v);
         }
     }
@@ -352,10 +333,10 @@ template <typename T, int V, bool SPAN = false> struct Staged {
         });
         return part;
     }
-    template <bool SHIFTED> __device__ void write_by(T* y, long long left, C m, C scale) const {
+    template <bool SHIFTED> __device__ void write_by(T* y, long long left, C m, C c) const {
         const C shift = shift_of(m);
         each([&](int k, C(&v)[V]) {
-            normalize<SHIFTED>(v, m, shift, scale);
+            finish<Ep, SHIFTED>(v, m, shift, c);
             store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
         });
     }
@@ -365,8 +346,8 @@ template <typename T, int V, bool SPAN = false> struct Staged {
 // warp stages R rows per lane group (32 / width groups) in its own part of the dynamic shared
 // memory before any is reduced, so the whole tile of rows is in flight at once without holding
 // registers. Shuffles only; the loop runs per warp, so they stay converged.
-template <typename T, int V, int R>
-__global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, long long ldx,
+template <class Ld, class Ep, typename T, int V, int R>
+__global__ void tiles(const T* x, T* y, long long rows, long long cols, long long ldx,
                               long long ldy, int width) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -380,7 +361,7 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
         // Row r of this lane group's R; a row past the end stages nothing (count 0).
         auto row_of = [&](int r) { return first + (long long)r * groups + group; };
         auto staged = [&](int r) {
-            return Staged<T, V>{tile + (group * R + r) * packs * V, sub, width, row_of(r) < rows ? packs : 0};
+            return Staged<Ld, Ep, T, V>{tile + (group * R + r) * packs * V, sub, width, row_of(r) < rows ? packs : 0};
         };
         // Not unrolled: the copies hold no registers, so unrolling would only add them.
 #pragma unroll 1
@@ -388,11 +369,11 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
         copy_wait();
 #pragma unroll 1
         for (int r = 0; r < R; ++r) {
-            const Staged<T, V> st = staged(r);
+            const Staged<Ld, Ep, T, V> st = staged(r);
             const C m = group_reduce(st.max(), width, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
             const C d = group_reduce(st.template sum<true>(m), width, SumOp());
-            st.template write<true>(y + min(row_of(r), rows - 1) * ldy, cols, m, scale_of(d, C()));
+            st.template write<true>(y + min(row_of(r), rows - 1) * ldy, cols, m, Ep::constant(m, d));
         }
     }
 }
@@ -407,9 +388,9 @@ __global__ void softmax_tiles(const T* x, T* y, long long rows, long long cols, 
 // ones by 16-byte stores, the first and last, which the neighbouring runs share, element by
 // element. The bytes of the neighbours' rows in those two packs are read (whole copies) but
 // never used or written, so x may equal y. `tile`: a multiple of 32 / W.
-template <typename T, int E, int W>
-__global__ void __launch_bounds__(128) softmax_flat(const T* x, T* y, long long rows, int cols, long long ldx,
-                                                    long long ldy, int tile) {
+template <class Ld, class Ep, typename T, int E, int W>
+__global__ void __launch_bounds__(CSM_FLAT_THREADS) flat(const T* x, T* y, long long rows, int cols, long long ldx,
+                                                         long long ldy, int tile) {
     using C = compute_t<T>;
     constexpr int Q = 16 / sizeof(T);  // elements a 16-byte pack
     extern __shared__ __align__(16) unsigned char smem[];
@@ -440,20 +421,18 @@ __global__ void __launch_bounds__(128) softmax_flat(const T* x, T* y, long long 
             for (int j = 0; j < E; ++j) {
                 const int c = sub + j * W;
                 v[0][j][0] = i < n && c < cols ? Traits<T>::in(bits(row)[c]) : neg_inf<C>();
+                Ld::load(v[0][j]);
                 m[0] = fmax(m[0], v[0][j][0]);
             }
             lanes_reduce_rows<W>(m, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
-            if (shift_ok(m[0]))
-                exp_rows<true>(v, m, d);
-            else
-                exp_rows<false>(v, m, d);
+            with_shift(shift_ok(m[0]), [&](auto sh) { exp_rows<decltype(sh)::value>(v, m, d); });
             lanes_reduce_rows<W>(d, SumOp());
-            const C scale = scale_of(d[0], C());
+            const C k = Ep::constant(m[0], d[0]);
 #pragma unroll
             for (int j = 0; j < E; ++j) {
                 const int c = sub + j * W;
-                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(v[0][j][0] * scale);
+                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(Ep::apply_term(v[0][j][0], k));
             }
         }
         __syncwarp();
@@ -475,11 +454,12 @@ __global__ void __launch_bounds__(128) softmax_flat(const T* x, T* y, long long 
 // reduction scratch, 2 for the cluster's merged pair, 2 x 16 x 2 that the cluster's blocks send
 // each other, 2 barriers that count them), then the block's slice of the row (its packs, as
 // bits).
-constexpr int FUSED_SCRATCH = 100 * sizeof(acc_t);
+constexpr int FUSED_SCRATCH = CSM_FUSED_SCRATCH;
+static_assert(FUSED_SCRATCH >= (32 + 2 + 2 * 16 * 2) * sizeof(acc_t) + 2 * 8, "FUSED_SCRATCH holds scratch, pairs and barriers");
 
 // A cluster block with a spill: blocks of exactly SPILL_THREADS threads (walk_run's steps), two
 // an SM (at most 64 registers a thread).
-constexpr int SPILL_THREADS = 512;
+constexpr int SPILL_THREADS = CSM_SPILL_THREADS;
 
 // exp(base - m): what turns a block's kept terms exp(x - base) (base = sum_base(mine), mine the
 // block's max) into exp(x - m) for the row's max m; 0 where the block held only -inf (its terms
@@ -495,7 +475,7 @@ template <typename C> __device__ inline C kept_fix(C mine, C base, C m) {
 // read from global memory while the held packs load, as a running (m, d), and read again for its
 // writes. SPAN: rows in the 16-byte packs of their aligned spans (in_spans), cut as rows of
 // cols + V - 1 elements.
-template <typename T, int V, int CL, int SPILL, bool SPAN>
+template <class Ld, class Ep, typename T, int V, int CL, int SPILL, bool SPAN>
 __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long cols, long long ldx,
                                      long long ldy, long long first, long long step, int rank, int held) {
     static_assert(CL <= 16, "FUSED_SCRATCH receives pairs from up to 16 blocks");
@@ -515,7 +495,7 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
     };
     const long long left0 = cols - k0 * V;
     const int spill0 = spill_of(left0);
-    const Staged<T, V, SPAN> st0{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
+    const Staged<Ld, Ep, T, V, SPAN> st0{reinterpret_cast<T*>(smem + FUSED_SCRATCH), int(threadIdx.x),
                                  int(blockDim.x), kept};
     if constexpr (CL > 1) mail.open();
     int k = 0;  // rows done
@@ -523,23 +503,21 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
         const long long head = SPAN ? head_of(x + row * ldx) : 0;
         const long long left = SPAN ? left0 + head : left0;
         const int spill = SPAN ? spill_of(left) : spill0;
-        Staged<T, V, SPAN> st = st0;
+        Staged<Ld, Ep, T, V, SPAN> st = st0;
         st.lo = head - k0 * V;
         st.load(x + row * ldx + k0 * V - head, left);  // one DRAM read per element
         if constexpr (CL > 1)
             if (k == 0) mail.opened();  // while the first row loads
         MD<C> sp = MD<C>::identity();
         const long long xs = row * ldx + (k0 + kept) * V - head;  // the spill's first element
-        if constexpr (SPILL) walk_run<SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.push_pack(v); });
+        if constexpr (SPILL) walk_run<Ld, SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.push_pack(v); });
         copy_wait();
         C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge). Without a spill, the
-        // terms by exp_shifted against the block's max: a cluster's block (whose writes take the
-        // cluster's max) turns its sum into one of exp(x - m) by shift_fix. Evidence: H200,
-        // 2026-11-30, run s17-2 (two rounds, fraction of copy, against exp(x - m) in both walks):
-        // bfloat16 / float16 rows of 524288 0.85, 0.85 / 0.85, 0.85 against 0.84, 0.84 / 0.84,
-        // 0.83; the spill kernel (float32 524288) 0.76 each against 0.78, 0.77, so it keeps them.
+        // terms by exp_shifted against the block's max (faster; the spill kernel slower with
+        // them) [kernels-7]: a cluster's block (whose writes take the cluster's max) turns its sum
+        // into one of exp(x - m) by shift_fix.
         constexpr bool SHIFT = !SPILL, KEEP = !SPILL && sizeof(C) == 8;  // KEEP: sum_kept
         const C mine_m = m, base = sum_base(m);
         C part;
@@ -555,15 +533,15 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
             m = s.m;
             d = s.d;
         }
-        // The held packs (SHIFT: by exp_shifted against m, with shift_fix(m) in a cluster's scale;
-        // a lone block's shift cancels against its sum's).
-        const C scale = scale_of(d, C());
+        // The held packs (SHIFT: by exp_shifted against m, Ep::shifted_writes in a cluster; a
+        // lone block's shift cancels against its sum's).
+        const C c = Ep::constant(m, d);
         if constexpr (KEEP)  // the kept terms exp(x - base) times exp(base - m): 1 where base is m
-            st.write_kept(y + row * ldy + k0 * V - head, left, scale * kept_fix(mine_m, base, m));
+            st.write_kept(y + row * ldy + k0 * V - head, left, c * kept_fix(mine_m, base, m));
         else
-            st.template write<SHIFT>(y + row * ldy + k0 * V - head, left, m, CL > 1 && SHIFT ? scale * shift_fix(m) : scale);
+            st.template write<SHIFT>(y + row * ldy + k0 * V - head, left, m, CL > 1 && SHIFT ? Ep::shifted_writes(m, c) : c);
         if constexpr (SPILL)  // the spill read again
-            write_run<false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V - head), spill, m, scale);
+            write_run<Ld, Ep, false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V - head), spill, m, c);
     }
     if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier
@@ -572,38 +550,36 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
 }
 
 // fused_rows_in on the span path where the rows are off 16-byte boundaries, else on the plain one.
-template <typename T, int V, int CL, int SPILL>
+template <class Ld, class Ep, typename T, int V, int CL, int SPILL>
 __device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
                                   long long ldy, long long first, long long step, int rank, int held) {
     if constexpr (SPANS<T, V>)
         if (in_spans(x, y, ldx, ldy))
-            return fused_rows_in<T, V, CL, SPILL, true>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
-    fused_rows_in<T, V, CL, SPILL, false>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
+            return fused_rows_in<Ld, Ep, T, V, CL, SPILL, true>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
+    fused_rows_in<Ld, Ep, T, V, CL, SPILL, false>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
 }
 
-template <typename T, int V>
-__global__ void softmax_block(const T* x, T* y, long long rows, long long cols, long long ldx,
-                              long long ldy) {
-    fused_rows<T, V, 1, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0, 0);
+template <class Ld, class Ep, typename T, int V>
+__global__ void block(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
+    fused_rows<Ld, Ep, T, V, 1, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0, 0);
 }
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
-template <typename T, int V, int CL>
+template <class Ld, class Ep, typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1)
-    softmax_cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
-    fused_rows<T, V, CL, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+    cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
+    fused_rows<Ld, Ep, T, V, CL, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
                             cluster_rank<CL>(), 0);
 }
 
-// A kernel of its own: softmax_cluster with launch bounds of 1024 threads, two an SM, got 12 more
+// A kernel of its own: cluster with launch bounds of 1024 threads, two an SM, got 12 more
 // instructions in its bfloat16 write loop from ptxas (one an SM: 39 registers instead of 32);
 // without bounds, a spilling block may pass 64 registers and lose its SM's second block.
-template <typename T, int V, int CL>
+template <class Ld, class Ep, typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
-    softmax_spill(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
-                  int held) {
+    spill(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy, int held) {
     if (blockDim.x != SPILL_THREADS) __trap();  // walk_run steps by SPILL_THREADS packs
-    fused_rows<T, V, CL, 1>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+    fused_rows<Ld, Ep, T, V, CL, 1>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
                             cluster_rank<CL>(), held);
 }
 #endif
@@ -618,9 +594,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
 // holds none of the block's own unpublished tickets, and every ticket of it is older than the
 // oldest unpublished ticket anywhere, so every wait ends. The launcher checks that, ahead >= 1
 // and at least two warps a block (warp 1 polls).
-template <typename T, int V>
+template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(1024)
-    softmax_grid(const T* x, T* y, void* work, long long rows, long long cols, long long ldx,
+    grid(const T* x, T* y, void* work, long long rows, long long cols, long long ldx,
                  long long ldy, long long chunk, long long chunks, int ahead, int lag) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -633,7 +609,7 @@ __global__ void __launch_bounds__(1024)
     // Ticket i of this block: its row, its chunk's first element, and its slot as staged.
     struct Item {
         long long row, begin;
-        Staged<T, V> st;
+        Staged<Ld, Ep, T, V> st;
     };
     auto item = [&](long long i) {
         const long long t = blockIdx.x + i * step, row = t / chunks, begin = t % chunks * chunk;
@@ -664,7 +640,7 @@ __global__ void __launch_bounds__(1024)
             // Polled by warp 1, so the wait overlaps thread 0's publication (its fence).
             wait_count(ws.count + it.row, unsigned(chunks), 32);
             const MD<C> s = merge_chunks<C>(ws.part + 2 * it.row * chunks, chunks, scratch);
-            it.st.template write<false>(y + it.row * ldy + it.begin, cols - it.begin, s.m, scale_of(s.d, C()));
+            it.st.template write<false>(y + it.row * ldy + it.begin, cols - it.begin, s.m, Ep::constant(s.m, s.d));
         }
         load(i + ahead);  // into the slot of ticket i - lag, just written by the same threads
     }

@@ -1,4 +1,9 @@
 // Online softmax for rows too long to hold on chip, any length (64-bit offsets), in one launch.
+//
+//   kernel (after Ld, Ep)  holds on chip                 passes over memory          used for
+//   online<T, V>           a running (m, d) a thread     2 reads (the second from L2  rows past the
+//                          (float32: a chunk a block)    where it stays), 1 write     cluster kernels
+//
 // Each row is a line of the two-pass schedule in common.cuh, cut into `chunks` chunks of `chunk`
 // elements (chunk a multiple of V):
 //
@@ -6,23 +11,17 @@
 //               it (without waiting for the count).
 //   merge       the block whose read item counted a row's last chunk merges the row's pairs
 //               (a fixed order: the same bits whichever block it is) into the row's (m, d)
-//               and publishes its max and scale in one word (publish_norm).
+//               and publishes its max and its constant in one word (publish_norm).
 //   write item  waits for that word, reads its chunk again (from L2 when the row's group still is
-//               there) and writes exp(x - m) / d.
+//               there) and writes Ep's outputs (softmax: exp(x - m) / d).
 //   holding     a read item whose block holds no chunk keeps the chunk's first `held` elements
 //               (a multiple of the walk's step) in the block's shared memory as well; the block
 //               writes them itself, from there, after its next write item of that group or a later
 //               one (or at its end), and the chunk's write item reads and writes only the rest.
 //
-// An item has two barriers: the ticket's hand-over and one inside the item (a merge one more).
-// Evidence: H200, 2026-11-30, run s14-6 (two rounds, fraction of copy; float32 rows of 2**21 /
-// 2**22, one row of 2**24 / 2**27; bfloat16 rows of 2**21 / 2**22; float16 the same): 0.63 each
-// / 0.63 each / 0.59, 0.58 / 0.62 each; 0.59 each / 0.63, 0.64; 0.59 each / 0.63 each, against
-// the block merges of before (six barriers a read item, seven a write item) 0.61 each / 0.62
-// each / 0.58, 0.59 / 0.62 each; 0.60, 0.59 / 0.62 each; 0.60 each / 0.62 each. Each write item
-// merging the row's pairs on warp 0 alone (s14-5): one row of 2**24 / 2**27 0.49, 0.47 / 0.57
-// each (16 and 32 pairs a lane, one after another). Each thread waiting for the row's merge on
-// its own after its first loads, no barrier in a write item (s14-7): half types 0.51 to 0.53.
+// An item has two barriers: the ticket's hand-over and one inside the item (a merge one more);
+// block merges with more barriers, or each write item merging its row on one warp, ran slower
+// [kernels-8].
 //
 // DRAM traffic: 1 read + 1 write per element where a group's chunks stay in L2 between the two
 // passes (rows of a few MB at most) or are held, 2 reads + 1 write otherwise. The chunk length
@@ -30,29 +29,26 @@
 // or what is held, so for the same vector width a row's bits do not depend on the batch it came
 // in. Padding past the row end loads as -inf and is never stored.
 #include "common.cuh"
+#include "ops.cuh"
+
+#if !defined(CSM_ONLINE_THREADS) || !defined(CSM_ONLINE_BLOCKS_2) || !defined(CSM_ONLINE_BLOCKS_4) || \
+    !defined(CSM_ONLINE_BLOCKS_8) || !defined(CSM_ONLINE_HOLDS_2) || !defined(CSM_ONLINE_HOLDS_4) ||  \
+    !defined(CSM_ONLINE_HOLDS_8)
+#error "softmax_online.cu needs -DCSM_ONLINE_THREADS, -DCSM_ONLINE_BLOCKS_{2,4,8} and -DCSM_ONLINE_HOLDS_{2,4,8} from the loader"
+#endif
 
 namespace csm {
 
-// Blocks of ONLINE_THREADS threads, ONLINE_BLOCKS resident per SM: half types 3 (at most 40
-// registers a thread), the others 2 (at most 64). ONLINE_BLOCKS_PER_SM in cusoftmax/_dispatch.py
-// has the measurements.
-constexpr int ONLINE_THREADS = 512;
-// L2 priorities: a chunk's first read, its second read, the output. Evidence: H200, 2026-11-30,
-// run s14-1 (two rounds, fraction of copy), float32 rows of 2**21 / 2**22, then one row of 2**24 /
-// 2**27; bfloat16 rows of 2**21 / 2**22; float16 the same: none 0.61 each / 0.62 each / 0.57,
-// 0.60 / 0.62 each; 0.56 each / 0.60 each; 0.58 each / 0.60 each; evict-first second reads and
-// stores 0.60 each / 0.61, 0.62 / 0.58, 0.61 / 0.61 each; 0.57, 0.58 / 0.60, 0.61; 0.58, 0.59 /
-// 0.60, 0.61; also evict-last first reads (these) 0.61 each / 0.62, 0.63 / 0.57 each / 0.62 each;
-// 0.58 each / 0.61 each; 0.59, 0.60 / 0.62, 0.63; evict-first stores alone 0.61, 0.62 / 0.62
-// each / 0.56, 0.60 / 0.62 each; 0.56, 0.57 / 0.60 each; 0.58 each / 0.60, 0.61. Nsight Compute
-// (s14-2, bfloat16 rows of 2**21): L2 hits of the loads' sectors 0.8% without, 4.8% with them;
-// at 128 KiB chunks and groups of half a wave the second read is seldom in L2 either way.
+// Blocks of ONLINE_THREADS threads, ONLINE_BLOCKS<T> resident per SM (by sizeof(T)); chunks
+// held by the types of ONLINE_HOLDS<T>: values and evidence with the planner's ONLINE_*.
+constexpr int ONLINE_THREADS = CSM_ONLINE_THREADS;
+template <typename T>
+constexpr int ONLINE_BLOCKS = sizeof(T) == 2 ? CSM_ONLINE_BLOCKS_2 : sizeof(T) == 4 ? CSM_ONLINE_BLOCKS_4 : CSM_ONLINE_BLOCKS_8;
+template <typename T>
+constexpr bool ONLINE_HOLDS = sizeof(T) == 2 ? CSM_ONLINE_HOLDS_2 : sizeof(T) == 4 ? CSM_ONLINE_HOLDS_4 : CSM_ONLINE_HOLDS_8;
+// L2 priorities of a chunk's first read, its second read, the output: evict-last first reads,
+// evict-first second reads and stores, best of the combinations tried [kernels-9].
 constexpr L2 ONLINE_FIRST_READ = L2::last, ONLINE_SECOND_READ = L2::first, ONLINE_STORE = L2::first;
-template <typename T> constexpr int ONLINE_BLOCKS = sizeof(T) == 2 ? 3 : 2;
-// Which element types hold chunks (ONLINE_HOLDS and ONLINE_HOLD_BYTES in cusoftmax/_dispatch.py,
-// with the measurements): float32. Half types lost with the hold compiled in, held or not (run
-// s15-1); without it their SASS is the same as before the hold.
-template <typename T> constexpr bool ONLINE_HOLDS = sizeof(T) == 4;
 
 constexpr int ONLINE_WARPS = ONLINE_THREADS / 32;
 static_assert(ONLINE_WARPS <= 32, "a lane of warp 0 per warp");
@@ -78,30 +74,30 @@ template <typename C> __device__ inline MD<C> online_block_md(MD<C> s, double* p
 // order as with none kept) also go to `held` in shared memory, each pack by the thread that
 // writes it out later; they are loaded evict-first, as they are not read again. `kept`: keep,
 // for the chunk's write item.
-template <typename T, int V, typename C>
+template <class Ld, typename T, int V, typename C>
 __device__ inline bool online_read(const T* xc, int n, int keep, T* held, long long chunks,
                                    double* chunk_part, unsigned* kept, unsigned* row_count,
                                    double* pairs) {
     MD<C> s = MD<C>::identity();
     if constexpr (ONLINE_HOLDS<T>)
-        walk_run<ONLINE_THREADS, T, V, L2::first>(xc, keep, [&](int c, C(&v)[V], bool) {
+        walk_run<Ld, ONLINE_THREADS, T, V, L2::first>(xc, keep, [&](int c, C(&v)[V], bool) {
             s.push_pack(v);  // the last batch's packs past keep are -inf: nothing added
-            if (c < keep) store_pack<T, V>(held + c, pack_out<T, V>(v));  // the loaded bits again
+            if (c < keep) store_pack<T, V>(held + c, pack_out<T, V>(v));  // Plain: the loaded bits
         });
     else
         keep = 0;
-    walk_run<ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.push_pack(v); });
+    walk_run<Ld, ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.push_pack(v); });
     s = online_block_md(s, pairs);
     if (threadIdx.x != 0) return false;
     if constexpr (ONLINE_HOLDS<T>) *kept = unsigned(keep);  // before the count, as the pair
     return publish_md(chunk_part, s, row_count) == unsigned(chunks - 1);
 }
 
-// A merged row's max and scale, the write items' release: one 8-byte word of the row's
-// statistics (zeroed before the launch, see workspace_bytes in cusoftmax/_dispatch.py) that a
-// waiter polls and reads in the same load. Float compute types pack both; their scale's bits are
-// never 0 (1/d, with d at least 1, 0 or NaN), so a zero word is a row not yet merged. Double
-// stores m beside the word first, and the word is the scale (never 0 either).
+// A merged row's max and constant (softmax: 1/d), the write items' release: one 8-byte word of
+// the row's statistics (zeroed before the launch, see workspace_bytes in cusoftmax/_dispatch.py)
+// that a waiter polls and reads in the same load. Float compute types pack both; the constant's
+// bits must never be 0 (1/d is not: d is at least 1, 0 or NaN), so a zero word is a row not yet
+// merged. Double stores m beside the word first, and the word is the constant (never 0 either).
 template <typename C> __device__ inline void publish_norm(double* p, C m, C scale) {
     unsigned long long w;
     if constexpr (sizeof(C) == 4) {
@@ -125,31 +121,31 @@ template <typename C> __device__ inline void wait_norm(const double* p, C& m, C&
 }
 
 // The row's (m, d) from its chunks' pairs (strided over the threads, then online_block_md: a
-// fixed order), published as its max and scale (publish_norm). `pairs`: shared memory that no
-// other item touches before the next hand-over.
-template <typename C>
+// fixed order), published as its max and Ep's constant (publish_norm). `pairs`: shared memory
+// that no other item touches before the next hand-over.
+template <class Ep, typename C>
 __device__ inline void online_merge(const double* row_part, long long chunks, double* row_stats, double* pairs) {
     __threadfence();  // every other block's pairs are seen after the count that ended them
     const MD<C> s = online_block_md(strided_pairs<C>(row_part, chunks, ONLINE_THREADS), pairs);
-    if (threadIdx.x == 0) publish_norm(row_stats, s.m, scale_of(s.d, C()));
+    if (threadIdx.x == 0) publish_norm(row_stats, s.m, Ep::constant(s.m, s.d));
 }
 
-// What a write needs of its row: max, scale, and the elements of the chunk its reader held.
+// What a write needs of its row: max, constant, and the elements of the chunk its reader held.
 template <typename C> struct Norm {
     C m, scale;
     int skip;
 };
 
 // Thread 0 waits for the row's merge and hands its Norm over through `slot` (one barrier), the
-// scale times shift_fix(m) (1 where m fails shift_ok), as the writes' exps are shifted where it
-// passes; `kept`: the chunk's held elements (none where null), written before the count that the
-// merge followed.
-template <typename C>
+// constant as Ep::shifted_writes makes it, as the writes' exps are shifted where m passes
+// shift_ok; `kept`: the chunk's held elements (none where null), written before the count that
+// the merge followed.
+template <class Ep, typename C>
 __device__ inline Norm<C> row_norm(const double* row_stats, const unsigned* kept, Norm<C>* slot) {
     if (threadIdx.x == 0) {
         Norm<C> r{};
         wait_norm(row_stats, r.m, r.scale);
-        r.scale *= shift_fix(r.m);
+        r.scale = Ep::shifted_writes(r.m, r.scale);
         r.skip = kept ? int(*kept) : 0;
         *slot = r;
     }
@@ -157,39 +153,34 @@ __device__ inline Norm<C> row_norm(const double* row_stats, const unsigned* kept
     return *slot;
 }
 
-// A write item, once its row is merged: exp(x - m) / d for the chunk's elements past those its
+// A write item, once its row is merged: Ep's outputs for the chunk's elements past those its
 // reader held (`kept`, as row_norm takes it).
-template <typename T, int V, typename C>
+template <class Ld, class Ep, typename T, int V, typename C>
 __device__ inline void online_write(const T* xc, T* yc, int n, const double* row_stats, const unsigned* kept,
                                     Norm<C>* slot) {
     constexpr int TH = ONLINE_THREADS;
-    const Norm<C> r = row_norm<C>(row_stats, kept, slot);
+    const Norm<C> r = row_norm<Ep, C>(row_stats, kept, slot);
     const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
-    if (shift_ok(r.m))
-        write_run<true, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale);
-    else
-        write_run<false, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(xc + skip, yc + skip, n - skip, r.m, r.scale);
+    with_shift(shift_ok(r.m), [&](auto sh) {
+        write_run<Ld, Ep, decltype(sh)::value, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(
+            xc + skip, yc + skip, n - skip, r.m, r.scale);
+    });
 }
 
-// The held elements written out: each thread its own packs (those it put there), as write_run
-// computes and stores them, so the same bits.
-template <bool SHIFTED, typename T, int V, typename C>
-__device__ inline void write_held_run(const T* held, T* yc, int keep, C m, C scale) {
-    const C s = shift_of(m);
-    const unsigned long long pol = l2_policy<ONLINE_STORE>();
-    for (int c = int(threadIdx.x) * V; c < keep; c += ONLINE_THREADS * V) {
-        C v[V];
-        unpack(load_pack<T, V>(held + c), v);
-        normalize<SHIFTED>(v, m, s, scale);
-        store_run_pack<T, V, ONLINE_STORE>(yc, c, keep, v, true, pol);
-    }
-}
-template <typename T, int V, typename C>
+// The held elements written out: each thread its own packs (those it put there, already as Ld
+// loaded them), as write_run computes and stores them, so the same bits.
+template <class Ep, typename T, int V, typename C>
 __device__ inline void online_write_held(const T* held, T* yc, int keep, const Norm<C>& r) {
-    if (shift_ok(r.m))
-        write_held_run<true, T, V>(held, yc, keep, r.m, r.scale);
-    else
-        write_held_run<false, T, V>(held, yc, keep, r.m, r.scale);
+    with_shift(shift_ok(r.m), [&](auto sh) {
+        const C s = shift_of(r.m);
+        const unsigned long long pol = l2_policy<ONLINE_STORE>();
+        for (int c = int(threadIdx.x) * V; c < keep; c += ONLINE_THREADS * V) {
+            C v[V];
+            unpack(load_pack<T, V>(held + c), v);
+            finish<Ep, decltype(sh)::value>(v, r.m, s, r.scale);
+            store_run_pack<T, V, ONLINE_STORE>(yc, c, keep, v, true, pol);
+        }
+    });
 }
 
 // What thread 0 hands over: the next ticket, and the row whose chunks its last read item
@@ -222,10 +213,10 @@ __device__ inline unsigned dynamic_smem_bytes() {
 // `held` elements of a chunk (a multiple of ONLINE_THREADS * V, at most the dynamic shared
 // memory) are held where the block holds none. The workspace (Workspace, width 1) has after the
 // partials, per chunk, the elements its reader held.
-template <typename T, int V>
-__global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_online(const T* x, T* y, void* work, long long rows, long long cols,
-                               long long ldx, long long ldy, long long chunk, long long chunks,
-                               long long per_group, long long held) {
+template <class Ld, class Ep, typename T, int V>
+__global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>)
+    online(const T* x, T* y, void* work, long long rows, long long cols, long long ldx, long long ldy,
+           long long chunk, long long chunks, long long per_group, long long held) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     T* const held_elems = reinterpret_cast<T*>(dynamic_smem);
@@ -244,14 +235,14 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
     // The held chunk's write: its row is merged or will be (every read item of its group was
     // handed out, and read items never wait).
     auto write_held = [&]() {
-        const Norm<C> r = row_norm<C>(ws.stats + 2 * hold.row, nullptr, &norms[0]);
-        online_write_held<T, V, C>(held_elems, y + hold.row * ldy + hold.begin, hold.keep, r);
+        const Norm<C> r = row_norm<Ep, C>(ws.stats + 2 * hold.row, nullptr, &norms[0]);
+        online_write_held<Ep, T, V, C>(held_elems, y + hold.row * ldy + hold.begin, hold.keep, r);
         hold.row = -1;
     };
     for (Handed h = hand_over(Handed{prefetch_ticket(ws.ticket), -1}, slots, turn);;) {
         if (h.merge_row >= 0) {
             const long long r = h.merge_row;
-            online_merge<C>(ws.part + 2 * r * chunks, chunks, ws.stats + 2 * r, line_pairs);
+            online_merge<Ep, C>(ws.part + 2 * r * chunks, chunks, ws.stats + 2 * r, line_pairs);
         }
         if (h.ticket >= plan.tickets()) break;
         const unsigned long long next = prefetch_ticket(ws.ticket);
@@ -261,15 +252,12 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
             const long long begin = c * chunk;
             const int n = int(min(cols - begin, chunk));
             if (write) {
-                online_write<T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, ws.stats + 2 * row,
+                online_write<Ld, Ep, T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, ws.stats + 2 * row,
                                       ONLINE_HOLDS<T> ? kept + row * chunks + c : nullptr, &norms[1]);
                 // After the item, not before: its second read then comes while the chunk is likelier
-                // still in L2, ahead of the held elements' stores. Evidence: H200, 2026-12-01, runs
-                // s19-3 to s19-5 (three rounds each, us; float32 32 rows of 2**21 / 16 of 2**22 / one
-                // row of 2**24 / 2**27): before 191.5 to 192.9 / 192.1 to 194.0 / 60.2 to 60.8 /
-                // 411.4 to 414.5, after 188.7 to 190.2 / 189.2 to 191.2 / 59.9 to 61.0 / 408.9 to
-                // 412.0; half types (nothing held) alike. A write item of group g is handed out after
-                // every read item of groups <= g + 1, so the held row is merged or will be.
+                // still in L2, ahead of the held elements' stores [kernels-10]. A write item of group g
+                // is handed out after every read item of groups <= g + 1, so the held row is merged
+                // or will be.
                 if (hold.row >= 0 && hold.row / per_group <= row / per_group) write_held();
             } else {
                 int keep = 0;
@@ -277,7 +265,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>) softmax_onli
                     keep = int(min((long long)n, held) / (ONLINE_THREADS * V) * (ONLINE_THREADS * V));
                     if (keep > 0) hold = Held{row, begin, keep};
                 }
-                if (online_read<T, V, C>(x + row * ldx + begin, n, keep, held_elems, chunks,
+                if (online_read<Ld, T, V, C>(x + row * ldx + begin, n, keep, held_elems, chunks,
                                          ws.part + 2 * (row * chunks + c), kept + row * chunks + c,
                                          ws.count + row, pairs))
                     merge_row = row;
