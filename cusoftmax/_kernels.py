@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -42,16 +43,24 @@ def kernel_dir() -> Path:
     raise FileNotFoundError(f"cusoftmax kernels not found beside {here}")
 
 
+_INCLUDE = re.compile(r'^#include "([^"]+)"[^\n]*$', re.M)
+
+
+def paste_includes(read, filename: str, seen=None) -> str:
+    """``read(filename)`` with each ``#include "X"`` replaced by ``read(X)``, recursively, each
+    header once (the headers are ``#pragma once``): CuPy hashes the source string, not headers
+    found through -I, so a header edit must change the string."""
+    seen = set() if seen is None else seen
+    seen.add(filename)
+    return _INCLUDE.sub(lambda m: "" if m[1] in seen else paste_includes(read, m[1], seen),
+                        read(filename))
+
+
 @lru_cache(maxsize=None)
 def source(filename: str) -> str:
-    """A kernel file with the shared header's text pasted in place of its #include, so that a
-    header edit changes CuPy's cache key (CuPy hashes the source, not -I headers)."""
+    """A kernel file of kernels/ with its headers' text pasted in (paste_includes)."""
     folder = kernel_dir()
-    text = (folder / filename).read_text()
-    include = f'#include "{HEADER}"'
-    if include not in text:
-        raise RuntimeError(f"{filename} does not include {HEADER}")
-    return text.replace(include, (folder / HEADER).read_text(), 1)
+    return paste_includes(lambda name: (folder / name).read_text(), filename)
 
 
 def name_expression(kernel: str, dtype_name: str, template, ops=OPS) -> str:

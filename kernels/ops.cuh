@@ -32,7 +32,7 @@ struct Plain {
 struct Softmax {
     template <typename C, typename D> __device__ static C constant(C, D d) { return scale_of(d, C()); }
     template <typename C> __device__ static C shifted_writes(C m, C k) { return k * shift_fix(m); }
-    // k by reference: read after the exp, which keeps the columns kernels' PTX (tools/ptx_diff.py).
+    // k by reference: read after the exp, which keeps the columns kernels' PTX (dev/ptx_diff.py).
     template <bool SHIFTED, typename C> __device__ static C apply(C x, C m, C s, const C& k) {
         return exp_by<SHIFTED>(x, m, s) * k;
     }

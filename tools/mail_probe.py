@@ -59,7 +59,9 @@ def main(argv):
     size = int(argv[1]) if len(argv) > 1 else 16
     mode = argv[2] if len(argv) > 2 else "mail"
     smem = int(argv[3]) * 1024 if len(argv) > 3 else 25 * 1024
-    code = SRC.replace('#include "common.cuh"', (_kernels.kernel_dir() / _kernels.HEADER).read_text())
+    folder = _kernels.kernel_dir()
+    code = _kernels.paste_includes(lambda name: SRC if name == "mail_probe.cu" else (folder / name).read_text(),
+                                   "mail_probe.cu")
     expr = f"csm::mail_probe<{size}>"
     module = cupy.RawModule(code=code, options=_kernels.options(), name_expressions=(expr,))
     fn = module.get_function(expr)

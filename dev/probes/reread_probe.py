@@ -93,7 +93,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, (B > 4 ? 5
             }
         } else {
             typename StateOf<FS>::type s[V];
-            column_states<T, V, B>(xo, at, k0, k1, inner, s);
+            column_states<Plain, T, V, B>(xo, at, k0, k1, inner, s);
             if (k == 0) mail.opened();
             float m[V], d[V], scale[V];
 #pragma unroll
@@ -102,8 +102,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, (B > 4 ? 5
 #pragma unroll
             for (int j = 0; j < V; ++j) d[j] = float(sum_at(s[j].m, s[j].d, m[j]));
             warp_columns_reduce(d, width, SumOp());
-            cluster_columns(m, d, scale, at.pack, width, cols, rank, k, RB, mail, recv, fin);
-            column_writes<T, V, B>(xo, yo, at, k0, k1, inner, inner, m, scale);
+            cluster_columns<Softmax>(m, d, scale, at.pack, width, cols, rank, k, RB, mail, recv, fin);
+            column_writes<Plain, Softmax, T, V, B>(xo, yo, at, k0, k1, inner, inner, m, scale);
         }
     }
     if (MODE == 1 || k == 0) mail.opened();  // still leave the cluster barrier

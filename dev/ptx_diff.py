@@ -3,13 +3,13 @@ base commit's kernels and from the working tree's: a refactoring of kernels/ tha
 the generated code passes when every instantiation's PTX is identical (identical PTX gives
 identical SASS).
 
-    python tools/ptx_diff.py                     # base 9d65b28, sm_90 and sm_80, every dtype
-    python tools/ptx_diff.py --arch 90 --dtype float32 --file softmax_online.cu
-    python tools/ptx_diff.py --ptxas             # registers and spills of the entries that differ
+    python dev/ptx_diff.py                     # base 9d65b28, sm_90 and sm_80, every dtype
+    python dev/ptx_diff.py --arch 90 --dtype float32 --file softmax_online.cu
+    python dev/ptx_diff.py --ptxas             # registers and spills of the entries that differ
 
 The base side takes the base commit's sources (its kernels named softmax_<family>, options
 -std=c++17); the working tree's kernels are named <family> with the operation types first
-(csm::<family><csm::Plain, csm::Softmax, ...>) and compiled with DEFINES as -D options. Each
+(csm::<family><csm::Plain, csm::Softmax, ...>) and compiled with planning.cuda_defines() as -D options. Each
 (file, dtype, arch) is one NVRTC program with all its name expressions; its PTX is cut per entry,
 each entry taken with the module-level declarations it refers to, and the names that depend on
 the kernel's name or on its place in the module (mangled symbols, labels, local depots) are
@@ -32,41 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cusoftmax import _dispatch  # noqa: E402
+from cusoftmax import _kernels, planning  # noqa: E402
 
 BASE = "9d65b28"
-C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
+C_TYPES = _kernels.C_TYPES
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-FILES = {
-    "registers": "softmax_fused.cu", "short_spans": "softmax_fused.cu", "flat": "softmax_fused.cu",
-    "tiles": "softmax_fused.cu", "block": "softmax_fused.cu", "cluster": "softmax_fused.cu",
-    "spill": "softmax_fused.cu", "grid": "softmax_fused.cu", "online": "softmax_online.cu",
-    "columns": "softmax_columns.cu", "slab": "softmax_columns.cu",
-}
-OPS = ("csm::Plain", "csm::Softmax")  # the operation of the working tree's name expressions
-# The values the base commit's kernels held as constants, passed to the working tree's kernels.
-DEFINES = {
-    "CSM_FUSED_SCRATCH": 800, "CSM_SPILL_THREADS": 512, "CSM_SHORT_ROWS_THREADS": 128,
-    "CSM_FLAT_THREADS": 128, "CSM_ONLINE_THREADS": 512, "CSM_ONLINE_BLOCKS_2": 3,
-    "CSM_ONLINE_BLOCKS_4": 2, "CSM_ONLINE_BLOCKS_8": 2, "CSM_ONLINE_HOLDS_2": 0,
-    "CSM_ONLINE_HOLDS_4": 1, "CSM_ONLINE_HOLDS_8": 0, "CSM_COLUMNS_THREADS": 256,
-    "CSM_COLUMNS_BLOCKS_PER_SM": 3, "CSM_SLAB_MAX_COLS": 64, "CSM_SLAB_MAX_THREADS": 256,
-    "CSM_SLAB_SCRATCH": 528,
-}
-INCLUDE = re.compile(r'^#include "([^"]+)"[^\n]*$', re.M)
-
-
-def source(read, filename, seen=None):
-    """`filename` with each `#include "X"` of kernels/ replaced by X's text, recursively, each
-    header once (the text of a header already pasted is dropped: they are #pragma once)."""
-    seen = set() if seen is None else seen
-    seen.add(filename)
-
-    def paste(m):
-        name = m.group(1)
-        return "" if name in seen else source(read, name, seen)
-
-    return INCLUDE.sub(paste, read(filename))
+FILES = _kernels.FILES
+OPS = tuple(f"csm::{op}" for op in planning.OPS)  # the operation of the working tree's names
 
 
 def base_reader(commit):
@@ -82,8 +54,7 @@ def tree_reader(name):
 
 def instantiations(dtype, arch):
     """(family, template arguments) of every kernel the policy can emit for dtype on sm_arch."""
-    for kernel, template in _dispatch.templates(ITEMSIZE[dtype], clusters=arch >= 90):
-        yield kernel.removeprefix("softmax_"), tuple(template)
+    yield from planning.templates(ITEMSIZE[dtype], clusters=arch >= 90)
 
 
 def expression(family, dtype, template, new):
@@ -167,10 +138,10 @@ def ptx_of(read, filename, dtype, arch, new, cache):
     """{(family, template): normalised entry text} and the whole PTX of one program."""
     items = [(f, t) for f, t in instantiations(dtype, arch) if FILES[f] == filename]
     exprs = [expression(f, dtype, t, new) for f, t in items]
-    text = source(read, filename)
+    text = _kernels.paste_includes(read, filename)
     options = ["-std=c++17", f"-arch=sm_{arch}", f"-I{include_dir()}", "--device-as-default-execution-space"]
     if new:
-        options += [f"-D{k}={v}" for k, v in DEFINES.items()]
+        options += list(planning.cuda_defines())
     key = hashlib.sha256("\0".join([text, *options, *exprs]).encode()).hexdigest()[:24]
     path = cache / f"{filename}.{dtype}.sm{arch}.{key}.ptx"
     lowered_path = path.with_suffix(".names")
