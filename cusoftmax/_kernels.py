@@ -112,7 +112,7 @@ def _launcher(plan, fn, tail):
     import ctypes
 
     import cupy
-    from cupy_backends.cuda.api import driver
+    from cupy_backends.cuda.api import driver, runtime
 
     ptr, grid, block, smem = fn.kernel.ptr, plan.grid, plan.block, plan.smem
     cooperative, workspace = plan.cooperative, plan.workspace()
@@ -121,7 +121,9 @@ def _launcher(plan, fn, tail):
     n = pointers + len(tail)
     per_thread = threading.local()  # a slot buffer is written and read by one launch at a time
 
-    def slots():
+    def slots():  # a thread's first launch of this kernel
+        if not driver.ctxGetCurrent():  # the driver API launches in the thread's current context,
+            runtime.free(0)  # which a thread that made no runtime call has not bound yet
         buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail))
         base = ctypes.addressof(buf)
         params = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))

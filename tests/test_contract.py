@@ -363,3 +363,34 @@ def test_host_float16_store_rounds_as_numpy_casts():
         expect = e.astype(np.float16)
         _host._quotient(e.copy(), np.float32(1), y)
     assert_same_bits(y, expect)
+
+
+@pytest.mark.skipif(GPU_REASON is not None, reason=f"needs a GPU: {GPU_REASON}")
+@pytest.mark.parametrize("cols", [256, 2**21])  # a fused kernel's launch, and a two-pass one's
+def test_first_call_from_a_new_thread(cols):
+    """A thread whose first CUDA work is a cusoftmax call (as a Dask worker thread's, its
+    arrays made elsewhere): the launch finds the device's context although the thread made no
+    runtime call that would have bound it."""
+    import threading
+
+    import cupy
+
+    x = cupy.asarray(make_values(np.random.default_rng(3), (4, cols), np.dtype(np.float32)))
+    expect = cusoftmax.softmax(x)
+    cupy.cuda.Device().synchronize()
+    got, failed = [], []
+
+    def work():
+        try:
+            got.append(to_host(cusoftmax.softmax(x)))
+        except Exception as e:  # reported by the main thread's assert
+            failed.append(e)
+
+    for _ in range(2):  # the second thread meets launches cached by the first
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    assert not failed, failed
+    assert len(got) == 2
+    for y in got:
+        assert_same_bits(y, expect)
