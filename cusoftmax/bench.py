@@ -12,7 +12,8 @@ timed; a peer outside cusoftmax's accuracy bound is timed and marked '*'.
 
 ``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
 clock, the two taken in turn, each timed call after an untimed one of its own (median of the
-repeats); it needs no GPU.
+repeats); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
+one call on the same data (cusoftmax/_bench_dask.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def _parse(argv):
                    help="timed calls per case (default: 30; with --host: 7)")
     p.add_argument("--host", action="store_true",
                    help="time the host path against scipy.special.softmax (no GPU needed)")
+    p.add_argument("--dask", action="store_true",
+                   help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
+    p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")
+    p.add_argument("--dask-cluster", action="store_true",
+                   help="with --dask: on a dask_cuda.LocalCUDACluster of one worker")
     p.add_argument("--peers", default="cupyx,torch,jax,triton",
                    help="peers to run when importable (default: %(default)s)")
     p.add_argument("--methods", default="",
@@ -291,6 +297,10 @@ def main(argv=None):
     args = _parse(argv)
     if args.host:
         return _host_main(args)
+    if args.dask:
+        from ._bench_dask import main as dask_main
+
+        return dask_main(args)
     try:
         import cupy
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cusoftmax import bench, planning
+from _support import GPU_REASON
 
 
 def test_default_sweep_covers_every_dtype_on_both_axes():
@@ -58,3 +59,10 @@ def test_host_sweep_covers_every_dtype_and_shape():
     assert {d for d, _, _ in cases} == {"float64", "float32", "float16", "bfloat16"}
     assert list(bench._host_cases(bench._parse(["--host", "--dtypes", "float32"]))) == [
         ("float32", s, a) for s, a in bench.HOST_SHAPES]
+
+
+def test_dask_mode_parses_and_needs_a_gpu():
+    args = bench._parse(["--dask", "--dask-chunks", "8,16,32", "--dask-cluster"])
+    assert args.dask and args.dask_cluster and args.dask_chunks == "8,16,32"
+    if GPU_REASON is not None:  # no GPU: a message and exit status 2, nothing timed
+        assert bench.main(["--dask"]) == 2
