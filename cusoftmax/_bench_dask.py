@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from .bench import _progress, format_table
+
 ROWS, N = 64, 2**24  # 4 GiB of float32: chunks of 512 MiB at 8 chunks, 256 MiB at 16
 OPS = ("softmax", "logsumexp", "log_softmax")
 
@@ -32,14 +34,6 @@ def _timed(fn, wait, repeat):
         wait(fn())
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
-
-
-def _table(rows, head):
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-    print("-|-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
 def main(args):
@@ -63,8 +57,8 @@ def main(args):
     kind = "LocalCUDACluster of one worker" if args.dask_cluster else "threaded scheduler"
     print(f"\n{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}, {time.strftime('%Y-%m-%d')}, "
           f"Dask {dask.__version__}, {kind}; float32, axis 1 cut into chunks; median of {repeat}")
-    _table(lines, ["op", "shape", "chunks", "MiB a chunk", "state B", "tasks", "single ms",
-                   "dask ms", "dask GB/s", "single/dask"])
+    print(format_table(["op", "shape", "chunks", "MiB a chunk", "state B", "tasks", "single ms",
+                        "dask ms", "dask GB/s", "single/dask"], lines))
     return 0
 
 
@@ -124,6 +118,3 @@ def _case(op, chunks, x, client, wait, sync, repeat):
             f"{single:.2f}", f"{ms:.2f}", f"{nbytes / ms / 1e6:.0f}", f"{single / ms:.2f}"]
     _progress(" ".join(line))
     return line
-
-def _progress(msg):
-    print(msg, file=sys.stderr, flush=True)

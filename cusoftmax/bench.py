@@ -36,8 +36,6 @@ DEFAULT_WIDTHS = [2**k for k in range(5, 23)]  # 32 .. 4,194,304
 DEFAULT_DTYPES = ["float32", "bfloat16", "float16"]
 AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguous
 LONG_ROWS = [2**24, 2**27]  # float32, one row each
-HOST_DTYPES = ["float64", "float32", "float16", "bfloat16"]
-HOST_SHAPES = [((4096, 1000), -1), ((1000, 4096), 0), ((64, 100000), -1)]  # (shape, axis)
 
 
 def _int_expr(text: str) -> int:
@@ -51,7 +49,7 @@ def _parse(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtypes", default=None,
                    help=f"comma-separated dtypes (default: {','.join(DEFAULT_DTYPES)}; "
-                        f"with --host: {','.join(HOST_DTYPES)})")
+                        "with --host: float64,float32,float16,bfloat16)")
     p.add_argument("--widths", default=None,
                    help="comma-separated row widths (default: powers of two 32 .. 4194304)")
     p.add_argument("--total", type=_int_expr, default=2**26,
@@ -74,6 +72,14 @@ def _parse(argv):
     p.add_argument("--no-long", action="store_true", help="skip the single long rows")
     p.add_argument("--out", default="bench-results", help="folder for CSV, JSON, PNG")
     return p.parse_args(argv)
+
+
+def format_table(head, lines) -> str:
+    """A Markdown-style table of string cells, columns padded to their widest cell."""
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    rows = [head, ["-" * w for w in widths], *lines]
+    return "\n".join((" | " if r is not rows[1] else "-|-").join(c.ljust(w) for c, w in zip(r, widths))
+                     for r in rows)
 
 
 def _progress(msg):
@@ -239,64 +245,12 @@ def _host_overhead(cupy, peers, rounds=7, calls=2000):
     return out
 
 
-def _host_cases(args):
-    dtypes = args.dtypes.split(",") if args.dtypes else HOST_DTYPES
-    for dt in dtypes:
-        for shape, axis in HOST_SHAPES:
-            yield dt, shape, axis
-
-
-def _host_main(args):
-    """The host path against scipy.special.softmax on HOST_SHAPES: a table of median
-    milliseconds per call and SciPy's time over ours (> 1: ours faster)."""
-    try:
-        import scipy.special
-    except ImportError as e:
-        print(f"cusoftmax.bench --host needs SciPy: {e}", file=sys.stderr)
-        return 2
-    import cusoftmax
-
-    from ._accuracy import violations
-
-    repeat = args.repeat or 7
-    head = ["dtype", "shape", "axis", "ours ms", "scipy ms", "scipy/ours"]
-    lines = []
-    for dt_name, shape, axis in _host_cases(args):
-        _progress(f"{dt_name} {shape[0]}x{shape[1]} axis {axis}")
-        rng = np.random.default_rng(0)
-        x = (rng.standard_normal(shape, dtype=np.float32) * 3).astype(_dtype(None, dt_name))
-        ref = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True).astype(np.float64))
-        ref /= ref.sum(axis=axis, keepdims=True)
-        bad = violations(cusoftmax.softmax(x, axis=axis), ref, dt_name)
-        if bad:
-            lines.append([dt_name, f"{shape[0]}x{shape[1]}", str(axis), "WRONG", "", bad])
-            continue
-        fns = {"ours": lambda: cusoftmax.softmax(x, axis=axis),
-               "scipy": lambda: scipy.special.softmax(x, axis=axis)}
-        times = {k: [] for k in fns}
-        for _ in range(repeat):
-            for k, fn in fns.items():  # in turn: a drift of the host's speed reaches both
-                fn()  # the memory the other one freed is reused as in a loop of this call
-                t0 = time.perf_counter()
-                fn()
-                times[k].append((time.perf_counter() - t0) * 1e3)
-        ours, peer = (statistics.median(times[k]) for k in fns)
-        lines.append([dt_name, f"{shape[0]}x{shape[1]}", str(axis), f"{ours:.2f}", f"{peer:.2f}",
-                      f"{peer / ours:.2f}"])
-    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    print(f"\nhost path against scipy.special.softmax {scipy.__version__}, NumPy "
-          f"{np.__version__}, {time.strftime('%Y-%m-%d')}; median of {repeat} calls each")
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-    print("-|-".join("-" * w for w in widths))
-    for cells in lines:
-        print(" | ".join(c.ljust(w) for c, w in zip(cells, widths)))
-    return 0
-
-
 def main(argv=None):
     args = _parse(argv)
     if args.host:
-        return _host_main(args)
+        from ._bench_host import main as host_main
+
+        return host_main(args)
     if args.dask:
         from ._bench_dask import main as dask_main
 
@@ -398,15 +352,11 @@ def _report(rows, impls, overhead, device, out: Path):
             cells.append(f"{r[f'{p}_us'] / ours:.2f}{mark}" if ours and f"{p}_us" in r else "n/a")
         cells += [f"{r[f'{p}_frac']:.2f}" if f"{p}_frac" in r else "n/a" for p in forced]
         lines.append(cells)
-    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    table = [" | ".join(h.ljust(w) for h, w in zip(head, widths)),
-             "-|-".join("-" * w for w in widths)]
-    table += [" | ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in lines]
     meta = {"device": device, "date": time.strftime("%Y-%m-%d"), "versions": _versions(),
             "host_us_per_call_4x256_float32": overhead}
     legend = (f"{device}, {meta['date']}; 'vs X' = X's time / ours (> 1: ours faster); "
               "* = X's result is outside cusoftmax's accuracy bound for the dtype")
-    text = "\n".join(table)
+    text = format_table(head, lines)
     print(f"\n{legend}\n{text}")
     print("host us per call (4x256 float32): " +
           ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cusoftmax import bench, planning
+from cusoftmax import _bench_host, bench, planning
 from _support import GPU_REASON
 
 
@@ -53,12 +53,12 @@ def test_bench_variant_builds_a_tuning_by_field_type():
 def test_host_sweep_covers_every_dtype_and_shape():
     args = bench._parse(["--host"])
     assert args.host
-    cases = list(bench._host_cases(args))
+    cases = list(_bench_host.cases(args))
     assert [(d, s, a) for d, s, a in cases] == [
-        (d, s, a) for d in bench.HOST_DTYPES for s, a in bench.HOST_SHAPES]
+        (d, s, a) for d in _bench_host.DTYPES for s, a in _bench_host.SHAPES]
     assert {d for d, _, _ in cases} == {"float64", "float32", "float16", "bfloat16"}
-    assert list(bench._host_cases(bench._parse(["--host", "--dtypes", "float32"]))) == [
-        ("float32", s, a) for s, a in bench.HOST_SHAPES]
+    assert list(_bench_host.cases(bench._parse(["--host", "--dtypes", "float32"]))) == [
+        ("float32", s, a) for s, a in _bench_host.SHAPES]
 
 
 def test_dask_mode_parses_and_needs_a_gpu():
