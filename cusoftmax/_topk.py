@@ -93,11 +93,10 @@ def _smallest(xp, key, k: int):
     # spare slot k of their row, then dropped (no count read back: no device sync).
     slot = xp.where(take, xp.cumsum(take, axis=-1) - 1, k)
     rows = key.size // n
-    dest = xp.empty((rows, k + 1), np.int64)
+    dest = xp.empty(rows * (k + 1), np.int64)
     target = slot.reshape(rows, n) + xp.arange(rows, dtype=np.int64)[:, None] * (k + 1)
-    pos = xp.broadcast_to(xp.arange(n, dtype=np.int64), (rows, n))
-    dest.ravel()[target.ravel()] = pos.ravel()
-    cand = dest[:, :k].reshape(key.shape[:-1] + (k,))
+    dest[target.ravel()] = xp.tile(xp.arange(n, dtype=np.int64), rows)
+    cand = dest.reshape(rows, k + 1)[:, :k].reshape(key.shape[:-1] + (k,))
     order = xp.argsort(xp.take_along_axis(key, cand, axis=-1), axis=-1, kind="stable")
     return xp.take_along_axis(cand, order, axis=-1)
 

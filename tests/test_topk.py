@@ -86,6 +86,22 @@ def test_ties_go_to_the_lower_index(xp, dtype):
     assert_topk(cusoftmax.softmax_topk(x.T, 3, axis=0), x.T, 0, 3)
 
 
+def test_longdouble_on_the_host():
+    """Wider than float64: ordered by the ranks of the values (NaN last, -0.0 tied with 0.0)."""
+    a = np.array([[1.0, nan, 3.0, -inf, 3.0, -0.0, 0.0, nan, 2.0]], np.longdouble)
+    for k in (1, 4, 9):
+        for scale in (None, -1.0):
+            values, indices = cusoftmax.softmax_topk(a, k, scale=scale)
+            assert values.dtype == np.longdouble
+            v = a if scale is None else scale * a
+            np.testing.assert_array_equal(indices, np.argsort(-v, 1, kind="stable")[:, :k])
+            assert np.isnan(values).all()
+    values, indices = cusoftmax.softmax_topk(a[:, 2:7], 3, renormalize=True)
+    np.testing.assert_array_equal(indices, [[0, 2, 3]])
+    e = np.exp(3.0)
+    np.testing.assert_allclose(values.astype(np.float64), [[e, e, 1.0]] / (2 * e + 1), rtol=1e-15)
+
+
 def test_long_rows_with_ties_at_the_boundary(xp):
     """Rows far longer than k, whose k-th value is shared by hundreds of positions."""
     rng = np.random.default_rng(8)
