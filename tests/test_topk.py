@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE
 from cusoftmax._api import result_dtype
-from _support import (FLOAT_DTYPES, INT_DTYPES, assert_same_bits, build, make_values, to_host,
-                      views)
+from _support import (BF16, FLOAT_DTYPES, INT_DTYPES, assert_same_bits, build, make_values,
+                      requires_gpu, to_host, views)
 from test_family import _on, _values, check, extras, ref_log_softmax, ref_softmax
 
 inf, nan = np.inf, np.nan
@@ -270,3 +270,21 @@ def test_dask_input_is_refused():
     da = pytest.importorskip("dask.array")
     with pytest.raises(TypeError, match="Dask"):
         cusoftmax.softmax_topk(da.ones((4, 6), chunks=2), 2)
+
+
+@requires_gpu
+def test_torch_pair_in_and_out():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    x = (torch.randn(9, 300, device="cuda") * 4).to(torch.bfloat16)
+    values, indices = cusoftmax.softmax_topk(x, 8, log=True)
+    assert isinstance(values, torch.Tensor) and values.device == x.device
+    assert values.dtype == torch.bfloat16 and indices.dtype == torch.int64
+    a = x.float().cpu().numpy()  # bfloat16 values are exact in float32
+    ref_v, ref_i = ref_topk(a.astype(np.float64), 1, 8, log=True)
+    np.testing.assert_array_equal(indices.cpu().numpy(), ref_i)
+    check(values.float().cpu().numpy(), ref_v, BF16, LOG_TOLERANCE)
+    out = (torch.empty_like(values), torch.empty_like(indices))
+    assert cusoftmax.softmax_topk(x, 8, log=True, out=out) is out
+    assert torch.equal(out[0], values) and torch.equal(out[1], indices)
