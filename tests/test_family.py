@@ -406,7 +406,7 @@ def test_no_warnings_for_nan_and_inf(xp, dtype):
 
 def test_all_exported():
     assert set(cusoftmax.__all__) == {"softmax", "log_softmax", "logsumexp", "softmax_vjp",
-                                      "log_softmax_vjp"}
+                                      "log_softmax_vjp", "softmax_topk"}
     for name in cusoftmax.__all__:
         doc = getattr(cusoftmax, name).__doc__
         assert "Parameters\n    ----------" in doc and "Returns\n    -------" in doc

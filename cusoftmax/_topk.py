@@ -1,0 +1,221 @@
+"""softmax_topk: the softmax probabilities of the k largest entries of each slice, with their
+positions; on any array module ``xp`` (NumPy on the host, CuPy on the GPU).
+
+The order is that of ``argsort(-v, kind="stable")`` on ``v = scale * x`` in the compute type,
+found without a full sort: each value becomes an integer key whose ascending order is that
+order (NaN after every number, positions left out by `where` after NaN, equal values equal
+keys); a partition finds the k-th smallest key of each slice, the keys below it and the first
+ties at it in position order make the k candidates, and a stable sort of the candidates by key
+orders them (ties stay in position order: the lower index first). The probabilities come from
+the family's (m, c, s) state and its per-element map, so they are softmax's and log_softmax's
+own values at those positions.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+from numpy.exceptions import AxisError
+
+from . import _api, _arrays, _family
+from . import _composed as C
+
+
+def _count(k, n: int) -> int:
+    """`k` as a Python int in ``[1, n]``."""
+    if isinstance(k, (bool, np.bool_)):
+        raise TypeError(f"k must be an integer, not bool ({k!r})")
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f"k must be an integer, not {type(k).__name__} ({k!r})") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the axis length {n}, got {k}")
+    return k
+
+
+def _one_axis(axis, c: _api.Call) -> int:
+    """The one reduced axis (non-negative); a 0-d input is an AxisError (it has no axis to hold
+    k entries)."""
+    if not c.axes:
+        raise AxisError(operator.index(axis), 0, "softmax_topk needs an axis: x is 0-d")
+    return c.axes[0]
+
+
+def _pair_out(out, c: _api.Call, shape):
+    """The arrays behind `out` = (values, indices), each checked before anything is written."""
+    if out is None:
+        return None
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError("out must be a tuple of two arrays (values, indices)")
+    return (_api._check_out(out[0], c.src, shape, c.dtype),
+            _api._check_out(out[1], c.src, shape, np.dtype(np.int64)))
+
+
+def _order_key(xp, v, keep):
+    """Integer keys, ascending in the order of ``argsort(-v, kind="stable")`` with the positions
+    where `keep` is False after all others; returns (keys, the key of NaN, the key of a position
+    left out).
+
+    float32 and float64: the bits as an unsigned integer, the non-negative values' bits flipped
+    below the sign, so the key falls as the value rises (-0.0 is made +0.0 first: they tie, as
+    in the sort). -inf has the largest bits of any number; NaN takes the next key, left-out
+    positions the one after. Wider types (longdouble, host only): dense ranks of the values.
+    """
+    uint = {4: np.uint32, 8: np.uint64}.get(v.dtype.itemsize)
+    with np.errstate(all="ignore"):
+        if uint is None:
+            _, rank = xp.unique(v, return_inverse=True)
+            last = np.int64(v.size)
+            key = last - rank.reshape(v.shape).astype(np.int64)
+        else:
+            bits = (v + v.dtype.type(0)).view(uint)
+            low = uint((1 << (8 * v.dtype.itemsize - 1)) - 1)
+            key = xp.where(bits > low, bits, bits ^ low)
+            last = np.asarray(-np.inf, v.dtype).view(uint)[()]
+        nan_key, out_key = last + 1, last + 2
+        key = xp.where(xp.isnan(v), nan_key, key)
+        if keep is not None:
+            key = xp.where(keep, key, out_key)
+    return key, nan_key, out_key
+
+
+def _smallest(xp, key, k: int):
+    """Positions (int64, last axis) of the k smallest keys of each row, ascending by key, equal
+    keys by position: ``argsort(key, kind="stable")[..., :k]``, by a partition and a sort of k."""
+    n = key.shape[-1]
+    t = xp.partition(key, k - 1, axis=-1)[..., k - 1:k]
+    tied = key == t
+    need = k - xp.sum(key < t, axis=-1, keepdims=True)
+    take = (key < t) | (tied & (xp.cumsum(tied, axis=-1) <= need))
+    # Scatter the taken positions, in position order, into k slots a row; the others go to a
+    # spare slot k of their row, then dropped (no count read back: no device sync).
+    slot = xp.where(take, xp.cumsum(take, axis=-1) - 1, k)
+    rows = key.size // n
+    dest = xp.empty(rows * (k + 1), np.int64)
+    target = slot.reshape(rows, n) + xp.arange(rows, dtype=np.int64)[:, None] * (k + 1)
+    dest[target.ravel()] = xp.tile(xp.arange(n, dtype=np.int64), rows)
+    cand = dest.reshape(rows, k + 1)[:, :k].reshape(key.shape[:-1] + (k,))
+    order = xp.argsort(xp.take_along_axis(key, cand, axis=-1), axis=-1, kind="stable")
+    return xp.take_along_axis(cand, order, axis=-1)
+
+
+def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, scale=None,
+                 out=None):
+    """The softmax probabilities of the `k` largest entries of each slice, and their positions.
+
+    Parameters
+    ----------
+    x : array_like
+        As for :func:`cusoftmax.softmax` (CuPy, PyTorch, JAX, Numba or NumPy arrays, the same
+        dtypes and promotion). Not a Dask array (a TypeError for now).
+    k : int
+        How many entries a slice: ``1 <= k <=`` the axis length. A bool or a float is a
+        TypeError, a value out of that range a ValueError.
+    axis : int, optional
+        The one axis of each slice (negative counts from the end). A tuple or None is a
+        TypeError; a 0-d `x` has no axis (AxisError). Default ``-1``.
+    log : bool, optional
+        Return log-probabilities (as :func:`cusoftmax.log_softmax`) instead.
+    renormalize : bool, optional
+        Make the `k` values of each slice sum to 1 (their softmax among themselves, as MoE
+        routing takes them); with `log`, the log of those.
+    where : bool array_like, optional
+        Broadcastable to `x`; False positions are left out of their slice and never chosen. A
+        slice with fewer than `k` positions left fills its last slots with value 0 (-inf with
+        `log`) and index -1; a slice with none left is all 0 (or -inf) and -1.
+    scale : scalar or array_like, optional
+        The entries are ``scale * x`` (rounded to the compute type), one value a slice, as in
+        :func:`cusoftmax.softmax`; a negative scale takes the smallest entries of `x`.
+    out : tuple of two arrays, optional
+        ``(values, indices)``: the result's shape, the result's dtype and int64, the same
+        framework and device as `x`; both checked before anything is written.
+
+    Returns
+    -------
+    values : array
+        The input's shape with the axis length `k`: the probabilities (log-probabilities with
+        `log`), decreasing along the axis, in the result dtype of `x` (as softmax).
+    indices : array
+        Same shape, int64: the positions of those entries along the axis.
+
+    Raises
+    ------
+    numpy.exceptions.AxisError
+        If `axis` is out of range, or `x` is 0-d.
+    TypeError
+        For unsupported dtypes (as softmax), a `k` or `axis` that is not an integer, a tuple
+        or None axis, a `where` that is not bool, a `scale` that is not real, a Dask `x`, or an
+        `out` that is not a pair of arrays of the right dtypes and kind.
+    ValueError
+        For `k` out of range, an axis of length 0, a `where` or `scale` that does not broadcast,
+        or an `out` of the wrong shape or device.
+
+    Notes
+    -----
+    The order is ``argsort(-v, kind="stable")[:k]`` of ``v = scale * x`` in the compute type:
+    ties go to the lower index, -inf entries come after every number and NaN after them (as
+    NumPy sorts NaN last). A slice holding NaN has NaN values (its slots left empty by `where`
+    excepted) and the indices of that order. The values are those of :func:`cusoftmax.softmax`
+    (or :func:`cusoftmax.log_softmax` with `log`) at the chosen positions, their special cases
+    included: a slice holding +inf is all NaN (with `log`: NaN at the +inf entries, -inf
+    elsewhere); a slice of all -inf is NaN. With `renormalize` they are the softmax of the `k`
+    chosen values, NaN for a slice holding NaN anywhere. Half types are computed in float32,
+    float64 in float64. On the GPU this runs as CuPy array operations on the current stream (a
+    partition and a sort of the candidates) until a fused kernel takes it.
+
+    Examples
+    --------
+    >>> import numpy as np, cusoftmax
+    >>> p, i = cusoftmax.softmax_topk(np.log(np.array([0.1, 0.6, 0.3])), 2)
+    >>> p, i
+    (array([0.6, 0.3]), array([1, 2]))
+    """
+    if _arrays.is_dask(x, where, scale):
+        raise TypeError("softmax_topk does not take Dask arrays yet: compute the array first, "
+                        "or map it over chunks that hold whole slices")
+    if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
+        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
+    c = _api.prepare(x, axis, None, None, "softmax_topk")
+    ax = _one_axis(axis, c)
+    k = _count(k, c.array.shape[ax])
+    shape = c.array.shape[:ax] + (k,) + c.array.shape[ax + 1:]
+    dst = _pair_out(out, c, shape)
+    w, s = _family._where(where, c), _family._scale(scale, c)
+    xp = _family._xp(c)
+    with _family._on_device(c):
+        values, indices = _topk(xp, c, ax, shape, w, s, log, renormalize, dst)
+    if dst is not None:
+        return out
+    return c.src.wrap(values), c.src.wrap(indices)
+
+
+def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst):
+    """The (values, indices) of a checked call, written into `dst` where given."""
+    if c.array.size == 0:
+        return dst or (xp.empty(shape, c.dtype), xp.empty(shape, np.int64))
+    compute = C.compute_types(c.dtype)[0]
+    axes, k = (ax,), shape[ax]
+    v = C._values(xp, c.array.astype(c.dtype, copy=False), s, compute)
+    key, nan_key, out_key = _order_key(xp, v, w)
+    key = xp.moveaxis(key, ax, -1)
+    top = _smallest(xp, key, k)
+    top_key = xp.take_along_axis(key, top, axis=-1)
+    values = xp.moveaxis(xp.take_along_axis(xp.moveaxis(v, ax, -1), top, axis=-1), -1, ax)
+    kept = None if w is None else top_key != out_key
+    indices = xp.moveaxis(top if kept is None else xp.where(kept, top, np.int64(-1)), -1, ax)
+    kept = None if kept is None else xp.moveaxis(kept, -1, ax)
+    if renormalize:
+        st = C.state(xp, values, axes, where=kept)
+        # A NaN anywhere in the slice makes it NaN, chosen or not (NaN sorts last).
+        has_nan = xp.moveaxis(xp.any(key == nan_key, axis=-1, keepdims=True), -1, ax)
+        st = st._replace(m=xp.where(has_nan, compute.type(np.nan), st.m))
+    else:
+        st = C.state(xp, v, axes, where=w)
+    op = "log_softmax" if log else "softmax"
+    values = C.normalize(xp, op, values, st, axes, where=kept, out=None if dst is None else dst[0])
+    if dst is None:
+        return values.astype(c.dtype, copy=False), indices
+    xp.copyto(dst[1], indices)
+    return dst
