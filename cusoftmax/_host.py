@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ._composed import compute_types
 from ._layout import collapse
 
 # NumPy sums a contiguous innermost run pairwise (error of a few ulps at any length) but a
@@ -30,7 +31,7 @@ def softmax(x: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     """Softmax of ``x`` over ``axes`` in ``dtype``: float64 and longdouble computed in their own
     type, the rest in float32. NaN or +inf in a slice, or a slice of all -inf, give NaN there
     (``x - max`` is NaN at the max); -inf entries of other slices give 0."""
-    compute = np.dtype(dtype if dtype in (np.float64, np.longdouble) else np.float32)
+    compute = compute_types(dtype)[0]
     e = np.empty_like(x, dtype=compute)  # x's memory order (K): no transposing copy
     y = e if dtype == compute else np.empty_like(e, dtype=dtype)
     n = math.prod(e.shape[a] for a in axes)
