@@ -151,8 +151,7 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         return _family.forward("softmax", c, out, where, scale, method)
     arr, axes, dtype, dst = c.array, c.axes, c.dtype, c.out
     if not c.src.on_gpu:
-        if method is not None:
-            raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
+        host_method(method)
         y = _host.softmax(arr, axes, dtype) if arr.size else np.empty(arr.shape, dtype)
         if dst is None:
             return c.src.wrap(y)
@@ -163,6 +162,12 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         return c.src.wrap(y)
     _gpu(arr, axes, dst, dtype, method)
     return out
+
+
+def host_method(method) -> None:
+    """`method` names a GPU kernel: refused for an input computed on the host."""
+    if method is not None:
+        raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
 
 
 class Call(NamedTuple):

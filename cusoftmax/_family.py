@@ -107,7 +107,7 @@ def _no_method(method, c: _api.Call, op: str):
     if method is None:
         return
     if not c.src.on_gpu:
-        raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
+        _api.host_method(method)
     raise ValueError(f"method= chooses a fused kernel; none computes {op} yet (it runs as "
                      f"array operations on the GPU)")
 
