@@ -326,9 +326,10 @@ template <typename C> struct MD {
     C m;
     acc_t d;
     __device__ static MD identity() { return {neg_inf<C>(), 0.0}; }
-    // Adds V elements: m' = max(m, v), d' = d * exp(m - m') + sum exp(v - m'), one rescale per
-    // pack. fmax ignores NaN, so m is never NaN; a NaN element makes d NaN instead.
-    template <int V> __device__ void push_pack(const C (&v)[V]) {
+    // Adds V elements: m' = max(m, v), d' = d * exp(m - m') + sum Ep::term(v, m') (exp(v - m')
+    // where m' is finite), one rescale per pack. fmax ignores NaN, so m is never NaN; a NaN
+    // element makes d NaN instead.
+    template <class Ep, int V> __device__ void push_pack(const C (&v)[V]) {
         C pm = v[0];
 #pragma unroll
         for (int j = 1; j < V; ++j) pm = fmax(pm, v[j]);
@@ -336,7 +337,7 @@ template <typename C> struct MD {
         if (mn != m) { d *= exp(acc_t(m) - acc_t(mn)); m = mn; }
         C s = 0;
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += term(v[j], m);
+        for (int j = 0; j < V; ++j) s += Ep::term(v[j], m);
         d += acc_t(s);
     }
     __device__ void merge(const MD& o) {
@@ -660,8 +661,8 @@ struct Schedule {
     }
 };
 
-// The workspace, carved from one buffer whose head (the second value of workspace_bytes() in
-// cusoftmax/_dispatch.py) the caller zeroes before the launch: the ticket counter, per line the
+// The workspace, carved from one buffer whose head (the second value of the plan's workspace(),
+// cusoftmax/planning) the caller zeroes before the launch: the ticket counter, per line the
 // count of its chunks done (the columns kernel: plus 1 once the line is merged), then `width`
 // (m, d) statistics per line (the merged lines; the online kernel's, zeroed too, hold its
 // publish_norm word) and `width` partials per (line, chunk).

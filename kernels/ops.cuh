@@ -8,15 +8,21 @@
 // `BITS`: true where load leaves the values as they are; the maxima taken on packs' bits
 // (Staged::max by pack_max, the slab's half pairs) require it.
 //
-// Epilogue (Ep): per slice, from the slice's max m and its sum d of exp(x - m):
-//   C constant(C m, D d)              the slice's constant k (D: the kernel's sum type)
+// Epilogue (Ep): per slice, from the slice's max m and its sum d of exp(x - ref(m)):
+//   TERMS                             the kernels that hold a slice on chip keep its terms
+//                                     exp(x - m) in place of x (registers, flat, the block and
+//                                     cluster kernels of double); else they keep x
+//   SHIFTS                            sums may take exp_shifted (their constant then comes
+//                                     through shifted_writes where writes are not shifted alike)
+//   C ref(C m)                        what a slice's terms are taken against, given its max
+//   C term(C x, C m)                  one element's term in a running (m, d) state (MD)
+//   C constant(C m, D d)              the slice's constant k (D: the kernel's sum type); its
+//                                     bits are never all 0 (the online kernel's release word)
 //   C shifted_writes(C m, C k)        k for writes whose exps are by exp_shifted against m
 //                                     where the slice's sum was not (shift_fix)
 //   C apply<SHIFTED>(C x, C m, C s, const C& k)   an element's output from its loaded value x
 //                                     (SHIFTED: exps by exp_shifted against s = shift_of(m))
-//   C apply_term(C e, C k)            the same from its term e = exp(x - m), where a kernel keeps
-//                                     the terms of its sum in place of x (registers, flat, and
-//                                     the block and cluster kernels of double)
+//   C apply_term(C e, C k)            the same from its term e = exp(x - m) (TERMS only)
 #pragma once
 #include "common.cuh"
 
@@ -28,8 +34,12 @@ struct Plain {
     template <int V, typename C> __device__ static void load(C (&)[V]) {}
 };
 
-// y = exp(x - m) / d, as e * (1 / d) (scale_of).
+// y = exp(x - m) / d, as e * (1 / d) (scale_of). A slice holding NaN or +inf, or all -inf, is
+// all NaN (d is NaN), as SciPy's softmax.
 struct Softmax {
+    static constexpr bool TERMS = true, SHIFTS = true;
+    template <typename C> __device__ static C ref(C m) { return m; }
+    template <typename C> __device__ static C term(C x, C m) { return csm::term(x, m); }
     template <typename C, typename D> __device__ static C constant(C, D d) { return scale_of(d, C()); }
     template <typename C> __device__ static C shifted_writes(C m, C k) { return k * shift_fix(m); }
     // k by reference: read after the exp, which keeps the columns kernels' PTX (dev/ptx_diff.py).
@@ -38,5 +48,39 @@ struct Softmax {
     }
     template <typename C> __device__ static C apply_term(C e, C k) { return e * k; }
 };
+
+// y = (x - m) - log(d). The max's own entry is -log(d), exact to d's rounding (float sums of a
+// few terms: 6e-8; double sums: 1.1e-16 absolute), which float types' atol of 1e-6 covers;
+// float64's bound asks for log1p of the other terms' sum, kept apart from the max's 1, which no
+// kernel keeps (float64 log_softmax is computed apart, see cusoftmax/_family.py).
+// Special values as SciPy's log_softmax (x - m' - log(sum(exp(x - m'))), m' the max where
+// finite, else 0): terms against ref(m), 0 where m is +inf, so d is +inf there, or NaN where the
+// slice also holds NaN; the +inf entries then give NaN and the others -inf (inf - m - k), a NaN
+// slice all NaN, and a slice of only -inf all NaN (x - m is). Sums are never shifted: their
+// logarithm would need the shift's rounding taken off.
+struct LogSoftmax {
+    static constexpr bool TERMS = false, SHIFTS = false;
+    template <typename C> __device__ static C ref(C m) { return m == -neg_inf<C>() ? C(0) : m; }
+    template <typename C> __device__ static C term(C x, C m) {
+        return x == neg_inf<C>() ? C(0) : fast_exp(x - ref(m));
+    }
+    // -0.0 for a zero logarithm (d = 1): the same outputs, nonzero bits.
+    template <typename C, typename D> __device__ static C constant(C, D d) {
+        const C k = C(log(d));
+        return k == C(0) ? -C(0) : k;
+    }
+    template <typename C> __device__ static C shifted_writes(C, C k) { return k; }
+    template <bool SHIFTED, typename C> __device__ static C apply(C x, C m, C, const C& k) {
+        return (x - m) - k;
+    }
+};
+
+// An element's output from what a kernel kept of it: its term (Ep::TERMS) or its value.
+template <class Ep, typename C> __device__ inline C apply_kept(C v, C m, C k) {
+    if constexpr (Ep::TERMS)
+        return Ep::apply_term(v, k);
+    else
+        return Ep::template apply<false>(v, m, m, k);
+}
 
 }  // namespace csm

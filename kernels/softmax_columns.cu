@@ -64,8 +64,8 @@ struct StripLane {
 
 // Each of this thread's V columns' (m, d) over its steps k0 + lane, k0 + lane + lanes, ... < k1,
 // from xo (the thread's first column at step 0), in batches of B steps; S: the state (MD<C>, or
-// any type with its identity() and push_pack).
-template <class Ld, typename T, int V, int B = COLUMN_BATCH, typename S>
+// any type with its identity() and push_pack<Ep>).
+template <class Ld, class Ep, typename T, int V, int B = COLUMN_BATCH, typename S>
 __device__ inline void column_states(const T* xo, const StripLane& at, long long k0, long long k1,
                                      long long xsn, S (&s)[V]) {
     using C = compute_t<T>;
@@ -84,7 +84,7 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
             for (int j = 0; j < V; ++j) w[j][b] = v[j];
         }
 #pragma unroll
-        for (int j = 0; j < V; ++j) s[j].push_pack(w[j]);  // one rescale check per column per batch
+        for (int j = 0; j < V; ++j) s[j].template push_pack<Ep>(w[j]);  // one rescale check per column per batch
     }
 }
 
@@ -109,13 +109,13 @@ __device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, lo
     }
 }
 
-template <class Ld, typename T, int V, typename C>
+template <class Ld, class Ep, typename T, int V, typename C>
 __device__ inline void columns_read(const T* x, long long xso, long long xsn,
                                     const StripLane& at, long long k0, long long k1, long long c,
                                     long long chunks, int width, double* line_part,
                                     double* line_stats, unsigned* line_count, MD<C>* red, int* flag) {
     MD<C> s[V];
-    column_states<Ld, T, V>(x + at.o * xso + at.col, at, k0, k1, xsn, s);
+    column_states<Ld, Ep, T, V>(x + at.o * xso + at.col, at, k0, k1, xsn, s);
     // Merge over the step lanes, in lane order, column by column; lane 0 writes the partials.
     const int cols = width * V;
     double* chunk_part = line_part + 2LL * c * cols;
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM
                 columns_write<Ld, Ep, T, V, C>(x, y, xso, xsn, yso, ysn, at, k0, k1, chunks,
                                        ws.stats + 2 * line * cols, ws.count + line);
             else
-                columns_read<Ld, T, V, C>(x, xso, xsn, at, k0, k1, c, chunks, width,
+                columns_read<Ld, Ep, T, V, C>(x, xso, xsn, at, k0, k1, c, chunks, width,
                                       ws.part + 2 * line * chunks * cols, ws.stats + 2 * line * cols,
                                       ws.count + line, red, &flag);
         }
@@ -381,7 +381,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                 unpack(load_pack<T, V>(part.at(s)), v);
                 Ld::load(v);
 #pragma unroll
-                for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - sum_base(m[j]));
+                for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - Ep::ref(sum_base(m[j])));
             }
         warp_columns_reduce(d, width, SumOp());
         float c[V];

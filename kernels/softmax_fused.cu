@@ -25,8 +25,9 @@
 // a cooperative launch), each held from its read to its write; a block holds `ahead + lag`
 // chunks, rows up to (lag + 1) chunks per resident block.
 //
-// Here m is the row's final max, so plain exp(x - m) already follows SciPy: padding and -inf
-// entries give 0, and a row whose max is -inf, +inf or whose sum is NaN comes out all NaN.
+// Here m is the row's final max, so plain exp(x - Ep::ref(m)) already follows SciPy: padding and
+// -inf entries give 0, and the special rows come out as ops.cuh says (softmax: a row whose max
+// is -inf, +inf or whose sum is NaN all NaN).
 //
 // Rows are `cols` contiguous elements; row r starts at x + r * ldx (y + r * ldy). V is chosen
 // by the dispatcher so that every row start is V-aligned; the last pack of a row may be partial.
@@ -60,6 +61,26 @@ __device__ inline void exp_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
                 v[r][p][j] = exp_by<SHIFTED>(v[r][p][j], m[r], s);
                 d[r] += v[r][p][j];
             }
+    }
+}
+
+// Each row's sum d[r] for RR rows of P packs: Ep's terms in place of v (exp_rows; SHIFTED: by
+// exp_shifted, every m[r] passes shift_ok) where Ep::TERMS, else exp(v - Ep::ref(m[r])) with v
+// kept.
+template <class Ep, bool SHIFTED, int RR, int P, int V, typename C>
+__device__ inline void sum_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) {
+    if constexpr (Ep::TERMS) {
+        exp_rows<SHIFTED>(v, m, d);
+    } else {
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+            const C base = Ep::ref(m[r]);
+            d[r] = 0;
+#pragma unroll
+            for (int p = 0; p < P; ++p)
+#pragma unroll
+                for (int j = 0; j < V; ++j) d[r] += fast_exp(v[r][p][j] - base);
+        }
     }
 }
 
@@ -129,7 +150,7 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
         bool shifted = true;
 #pragma unroll
         for (int r = 0; r < R; ++r) shifted = shifted && shift_ok(m[r]);
-        with_shift(shifted, [&](auto sh) { exp_rows<decltype(sh)::value>(v, m, d); });
+        with_shift(Ep::SHIFTS && shifted, [&](auto sh) { sum_rows<Ep, decltype(sh)::value>(v, m, d); });
         lanes_reduce_rows<W>(d, SumOp());
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -141,7 +162,7 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 #pragma unroll
             for (int p = 0; p < P; ++p) {
 #pragma unroll
-                for (int j = 0; j < V; ++j) v[r][p][j] = Ep::apply_term(v[r][p][j], k);
+                for (int j = 0; j < V; ++j) v[r][p][j] = apply_kept<Ep>(v[r][p][j], m[r], k);
                 store_row_pack<T, V, SPAN>(yr, (p * W + sub) * V, end, v[r][p], head);
             }
         }
@@ -184,13 +205,13 @@ __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, lon
         m[0] = block_reduce_once(mine, scratch[0], MaxOp());
         // At most 16 terms per lane, then trees over at most 1024 lanes: a float sum stays far
         // inside 1e-5. Padding (-inf) gives 0.
-        with_shift(shift_ok(m[0]), [&](auto sh) { exp_rows<decltype(sh)::value>(v, m, d); });
+        with_shift(Ep::SHIFTS && shift_ok(m[0]), [&](auto sh) { sum_rows<Ep, decltype(sh)::value>(v, m, d); });
         const C k = Ep::constant(m[0], block_reduce_once(d[0], scratch[1], SumOp()));
         T* yr = y + row * ldy - head;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[0][p][j] = Ep::apply_term(v[0][p][j], k);
+            for (int j = 0; j < V; ++j) v[0][p][j] = apply_kept<Ep>(v[0][p][j], m[0], k);
             store_row_pack<T, V, SPAN>(yr, (p * lanes + t) * V, end, v[0][p], head);
         }
     }
@@ -279,14 +300,15 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
         for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
         return m;
     }
-    // The slice's sum of exp(x - m), and its writes, Ep's outputs with constant k. SHIFT: by
-    // exp_shifted where shift_ok(m), which is exact only where the slice's sum and writes use the
-    // same m (or the writes' constant is Ep::shifted_writes).
+    // The slice's sum of exp(x - Ep::ref(m)), and its writes, Ep's outputs with constant k.
+    // SHIFT: by exp_shifted where shift_ok and Ep::SHIFTS, which is exact only where the slice's
+    // sum and writes use the same m (or the writes' constant is Ep::shifted_writes).
     template <bool SHIFT> __device__ C sum(C m) const {
-        return with_shift(SHIFT && shift_ok(m), [&](auto sh) { return sum_by<decltype(sh)::value>(m); });
+        const C base = Ep::ref(m);
+        return with_shift(SHIFT && Ep::SHIFTS && shift_ok(base), [&](auto sh) { return sum_by<decltype(sh)::value>(base); });
     }
     template <bool SHIFT> __device__ void write(T* y, long long left, C m, C k) const {
-        with_shift(SHIFT && shift_ok(m), [&](auto sh) { write_by<decltype(sh)::value>(y, left, m, k); });
+        with_shift(SHIFT && Ep::SHIFTS && shift_ok(m), [&](auto sh) { write_by<decltype(sh)::value>(y, left, m, k); });
     }
 
     // Double keeps each term of its sum, exp(x - m), in place of x (sum_kept), and its writes
@@ -295,6 +317,7 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
     // constant is that of m, write<false>.
     __device__ C sum_kept(C m) const {
         static_assert(sizeof(T) == sizeof(C), "kept terms are stored exactly, in the compute type");
+        static_assert(Ep::TERMS, "the writes take the terms");
         C part = 0;
         each([&](int k, C(&v)[V]) {
 #pragma unroll
@@ -426,13 +449,13 @@ __global__ void __launch_bounds__(CSM_FLAT_THREADS) flat(const T* x, T* y, long 
             }
             lanes_reduce_rows<W>(m, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
-            with_shift(shift_ok(m[0]), [&](auto sh) { exp_rows<decltype(sh)::value>(v, m, d); });
+            with_shift(Ep::SHIFTS && shift_ok(m[0]), [&](auto sh) { sum_rows<Ep, decltype(sh)::value>(v, m, d); });
             lanes_reduce_rows<W>(d, SumOp());
             const C k = Ep::constant(m[0], d[0]);
 #pragma unroll
             for (int j = 0; j < E; ++j) {
                 const int c = sub + j * W;
-                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(Ep::apply_term(v[0][j][0], k));
+                if (i < n && c < cols) bits(row)[c] = Traits<T>::out(apply_kept<Ep>(v[0][j][0], m[0], k));
             }
         }
         __syncwarp();
@@ -510,7 +533,7 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
             if (k == 0) mail.opened();  // while the first row loads
         MD<C> sp = MD<C>::identity();
         const long long xs = row * ldx + (k0 + kept) * V - head;  // the spill's first element
-        if constexpr (SPILL) walk_run<Ld, SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.push_pack(v); });
+        if constexpr (SPILL) walk_run<Ld, SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.template push_pack<Ep>(v); });
         copy_wait();
         C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
@@ -518,7 +541,7 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
         // terms by exp_shifted against the block's max (faster; the spill kernel slower with
         // them) [kernels-7]: a cluster's block (whose writes take the cluster's max) turns its sum
         // into one of exp(x - m) by shift_fix.
-        constexpr bool SHIFT = !SPILL, KEEP = !SPILL && sizeof(C) == 8;  // KEEP: sum_kept
+        constexpr bool SHIFT = !SPILL && Ep::SHIFTS, KEEP = !SPILL && sizeof(C) == 8 && Ep::TERMS;  // KEEP: sum_kept
         const C mine_m = m, base = sum_base(m);
         C part;
         if constexpr (KEEP)

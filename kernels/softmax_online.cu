@@ -74,19 +74,19 @@ template <typename C> __device__ inline MD<C> online_block_md(MD<C> s, double* p
 // order as with none kept) also go to `held` in shared memory, each pack by the thread that
 // writes it out later; they are loaded evict-first, as they are not read again. `kept`: keep,
 // for the chunk's write item.
-template <class Ld, typename T, int V, typename C>
+template <class Ld, class Ep, typename T, int V, typename C>
 __device__ inline bool online_read(const T* xc, int n, int keep, T* held, long long chunks,
                                    double* chunk_part, unsigned* kept, unsigned* row_count,
                                    double* pairs) {
     MD<C> s = MD<C>::identity();
     if constexpr (ONLINE_HOLDS<T>)
         walk_run<Ld, ONLINE_THREADS, T, V, L2::first>(xc, keep, [&](int c, C(&v)[V], bool) {
-            s.push_pack(v);  // the last batch's packs past keep are -inf: nothing added
+            s.template push_pack<Ep>(v);  // the last batch's packs past keep are -inf: nothing added
             if (c < keep) store_pack<T, V>(held + c, pack_out<T, V>(v));  // Plain: the loaded bits
         });
     else
         keep = 0;
-    walk_run<Ld, ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.push_pack(v); });
+    walk_run<Ld, ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.template push_pack<Ep>(v); });
     s = online_block_md(s, pairs);
     if (threadIdx.x != 0) return false;
     if constexpr (ONLINE_HOLDS<T>) *kept = unsigned(keep);  // before the count, as the pair
@@ -94,10 +94,10 @@ __device__ inline bool online_read(const T* xc, int n, int keep, T* held, long l
 }
 
 // A merged row's max and constant (softmax: 1/d), the write items' release: one 8-byte word of
-// the row's statistics (zeroed before the launch, see workspace_bytes in cusoftmax/_dispatch.py)
-// that a waiter polls and reads in the same load. Float compute types pack both; the constant's
-// bits must never be 0 (1/d is not: d is at least 1, 0 or NaN), so a zero word is a row not yet
-// merged. Double stores m beside the word first, and the word is the constant (never 0 either).
+// the row's statistics (zeroed before the launch, see the plan's workspace()) that a waiter
+// polls and reads in the same load. Float compute types pack both; the constant's bits are
+// never 0 (ops.cuh: 1/d is not, d being at least 1, 0 or NaN; log_softmax's zero is -0.0), so a
+// zero word is a row not yet merged. Double stores m beside the word first, and the word is the constant (never 0 either).
 template <typename C> __device__ inline void publish_norm(double* p, C m, C scale) {
     unsigned long long w;
     if constexpr (sizeof(C) == 4) {
@@ -161,7 +161,7 @@ __device__ inline void online_write(const T* xc, T* yc, int n, const double* row
     constexpr int TH = ONLINE_THREADS;
     const Norm<C> r = row_norm<Ep, C>(row_stats, kept, slot);
     const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
-    with_shift(shift_ok(r.m), [&](auto sh) {
+    with_shift(Ep::SHIFTS && shift_ok(r.m), [&](auto sh) {
         write_run<Ld, Ep, decltype(sh)::value, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(
             xc + skip, yc + skip, n - skip, r.m, r.scale);
     });
@@ -171,7 +171,7 @@ __device__ inline void online_write(const T* xc, T* yc, int n, const double* row
 // loaded them), as write_run computes and stores them, so the same bits.
 template <class Ep, typename T, int V, typename C>
 __device__ inline void online_write_held(const T* held, T* yc, int keep, const Norm<C>& r) {
-    with_shift(shift_ok(r.m), [&](auto sh) {
+    with_shift(Ep::SHIFTS && shift_ok(r.m), [&](auto sh) {
         const C s = shift_of(r.m);
         const unsigned long long pol = l2_policy<ONLINE_STORE>();
         for (int c = int(threadIdx.x) * V; c < keep; c += ONLINE_THREADS * V) {
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>)
                     keep = int(min((long long)n, held) / (ONLINE_THREADS * V) * (ONLINE_THREADS * V));
                     if (keep > 0) hold = Held{row, begin, keep};
                 }
-                if (online_read<Ld, T, V, C>(x + row * ldx + begin, n, keep, held_elems, chunks,
+                if (online_read<Ld, Ep, T, V, C>(x + row * ldx + begin, n, keep, held_elems, chunks,
                                          ws.part + 2 * (row * chunks + c), kept + row * chunks + c,
                                          ws.count + row, pairs))
                     merge_row = row;
