@@ -164,6 +164,13 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     return out
 
 
+def fused(c: "Call", out, method, op: str):
+    """`op` of a prepared GPU call by its fused kernel (``planning.FUSED_TYPES[op]`` holds the
+    call's dtype): the result in the caller's framework, or `out`."""
+    y = _gpu(c.array, c.axes, c.out, c.dtype, method, op=op)
+    return out if c.out is not None else c.src.wrap(y)
+
+
 def host_method(method) -> None:
     """`method` names a GPU kernel: refused for an input computed on the host."""
     if method is not None:
@@ -246,25 +253,25 @@ def _remember(x, axis, run) -> None:
 
 
 @lru_cache(maxsize=4096)
-def _plan(shape, xs, ys, axes, itemsize, align, device_id, method, tuning):
+def _plan(shape, xs, ys, axes, itemsize, align, device_id, method, tuning, op):
     """Layout and plan for one call signature; addresses matter only modulo 16 (alignment)."""
     layout = collapse(shape, xs, ys, axes)
     limits = planning.device_limits(device_id)
-    return layout, planning.plan(layout, itemsize, align, limits, method, tuning)
+    return layout, planning.plan(layout, itemsize, align, limits, method, tuning, op)
 
 
-def _runner(x, y, axes, method):
+def _runner(x, y, axes, method, op):
     """``run(x, y)`` for CuPy arrays like these (cached per call signature), or None when no
     kernel takes their strides."""
     tuning = planning.active()
     layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
-                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method, tuning)
+                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method, tuning, op)
     return None if plan is None else _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)
 
 
-def _gpu(x, axes, out, dtype, method, remember=None):
-    """Softmax of CuPy array x into out (or a new array). ``remember``: (the caller's x, axis)
-    to enter the fast path's table when this call qualifies."""
+def _gpu(x, axes, out, dtype, method, remember=None, op="softmax"):
+    """`op` (softmax by default) of CuPy array x into out (or a new array). ``remember``: (the
+    caller's x, axis) to enter the fast path's table when this call qualifies (softmax only)."""
     import cupy
 
     with x.device:
@@ -275,9 +282,9 @@ def _gpu(x, axes, out, dtype, method, remember=None):
             return y
         if out is not None and not _same_view(x, out) and cupy.may_share_memory(x, out):
             y = cupy.empty_like(x)  # a partial overlap: compute aside, then copy into out
-        run = _runner(x, y, axes, method)
+        run = _runner(x, y, axes, method, op)
         if run is None:
-            _transposed(x, y, axes, method)
+            _transposed(x, y, axes, method, op)
         else:
             run(x, y)
             if remember is not None and remember[0] is x and method is None:
@@ -291,7 +298,7 @@ def _same_view(a, b) -> bool:
     return a.data.ptr == b.data.ptr and a.strides == b.strides and a.shape == b.shape
 
 
-def _transposed(x, y, axes, method):
+def _transposed(x, y, axes, method, op):
     """Strides that no kernel takes: work on a contiguous copy with the reduced axes last (a
     new array even where x already is one: a forced "flat" on rows off 16-byte boundaries that
     lie unlike y's gets its copies aligned alike)."""
@@ -300,5 +307,5 @@ def _transposed(x, y, axes, method):
     last = tuple(range(x.ndim - len(axes), x.ndim))
     xt = cupy.moveaxis(x, axes, last).copy()
     yt = cupy.empty_like(xt)
-    _runner(xt, yt, last, method)(xt, yt)  # contiguous rows: always a kernel
+    _runner(xt, yt, last, method, op)(xt, yt)  # contiguous rows: always a kernel
     cupy.moveaxis(y, axes, last)[...] = yt

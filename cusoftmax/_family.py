@@ -1,8 +1,9 @@
 """The softmax family beyond plain softmax: log_softmax, logsumexp, the two VJPs, and softmax
 with ``where=`` or ``scale=``; the argument rules of `where`, `scale`, `b` and `dy`, written once.
 
-Host arrays are computed by ``_composed`` with NumPy; GPU arrays by ``_composed`` with CuPy (array
-operations on the current stream) until fused kernels take these operations.
+Host arrays are computed by ``_composed`` with NumPy. GPU arrays: log_softmax without `where` and
+`scale` by the fused kernels (``planning.FUSED_TYPES``), the rest by ``_composed`` with CuPy
+(array operations on the current stream).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import contextlib
 
 import numpy as np
 
-from . import _api, _arrays
+from . import _api, _arrays, planning
 from . import _composed as C
 
 
@@ -120,7 +121,11 @@ def _finish(c: _api.Call, out, y):
 def forward(op: str, c: _api.Call, out, where, scale, method):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
     sends here what its kernels do not take)."""
-    _no_method(method, c, "softmax with where= or scale=" if op == "softmax" else op)
+    if (c.src.on_gpu and where is None and scale is None
+            and c.dtype.name in planning.FUSED_TYPES.get(op, ())):
+        return _api.fused(c, out, method, op)
+    _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
+               else f"{op} with where= or scale=")
     w, s = _where(where, c), _scale(scale, c)
     xp = _xp(c)
     with _on_device(c):
@@ -149,9 +154,10 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         the reduced axes of length 1).
     out : array, optional
         As for :func:`cusoftmax.softmax`; checked before anything is written.
-    method : None, optional
-        Validated as for :func:`cusoftmax.softmax`; no fused kernel computes log_softmax yet, so
-        any method is a ValueError.
+    method : str, optional
+        As for :func:`cusoftmax.softmax`: forces one kernel family for a GPU `x` of float16,
+        bfloat16 or float32 without `where` and `scale`; anything else with a method is a
+        ValueError (float64 and the masked or scaled forms are computed by array operations).
 
     Returns
     -------
@@ -173,11 +179,14 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     -----
     The largest entry of a slice is ``-log1p(s)``, ``s`` the sum of the other terms over it, to
     the dtype's accuracy even where that is far below the dtype's epsilon (``x - logsumexp(x)``
-    would round it to 0). Other entries and the special values follow ``x - logsumexp(x)`` as
+    would round it to 0): so in float64 everywhere and on the host; the GPU kernels of the other
+    types give it to about 1e-7 absolute (``-log`` of the slice's sum), inside their bound of
+    1e-6. Other entries and the special values follow ``x - logsumexp(x)`` as
     SciPy's ``log_softmax``: a slice holding NaN is all NaN; with +inf, the +inf entries are NaN
-    and the others -inf; a slice of all -inf is all NaN. On the GPU this is computed by array
-    operations on CuPy's current stream until a fused kernel takes it. Half types are computed
-    in float32, float64 in float64.
+    and the others -inf; a slice of all -inf is all NaN. On the GPU, float16, bfloat16 and
+    float32 without `where` and `scale` run softmax's fused kernels (one read and one write where
+    softmax has them); float64 and the masked or scaled forms are computed by array operations
+    on CuPy's current stream. Half types are computed in float32, float64 in float64.
 
     Examples
     --------

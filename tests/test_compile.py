@@ -1,5 +1,6 @@
-"""Every kernel instantiation the dispatcher can emit compiles with NVRTC for sm_80 and sm_90 (the
-probes in dev/probes/ have their own compile test there, outside the default run).
+"""Every kernel instantiation the dispatcher can emit, for every fused operation, compiles with
+NVRTC for sm_80 and sm_90 (the probes in dev/probes/ have their own compile test there, outside
+the default run).
 
 Runs without a GPU: NVRTC needs no device. Skips only where NVRTC itself is missing."""
 
@@ -23,11 +24,13 @@ def _include_dir():
 
 
 def _expressions(filename, arch):
-    for dtype_name in _kernels.C_TYPES:
-        itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
-        for kernel, template in planning.templates(itemsize, clusters=arch >= "90"):
-            if _kernels.FILES[kernel] == filename:
-                yield _kernels.name_expression(kernel, dtype_name, template)
+    """Every (operation, dtype, kernel, template) the library can launch from `filename`."""
+    for op, dtypes in planning.FUSED_TYPES.items():
+        for dtype_name in dtypes:
+            itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
+            for kernel, template in planning.templates(itemsize, clusters=arch >= "90"):
+                if _kernels.FILES[kernel] == filename:
+                    yield _kernels.name_expression(kernel, dtype_name, template, planning.ops_of(op))
 
 
 def _compiles(text, filename, exprs, arch, extra=()):

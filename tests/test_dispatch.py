@@ -581,7 +581,35 @@ def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
     args = ((2**30, 32), (32, 1), (32, 1), (1,), 2, (0, 0), 0, None)
     _api._plan.cache_clear()
     try:
-        assert _api._plan(*args, t)[1].grid == residency * t.warp_waves
-        assert _api._plan(*args, dataclasses.replace(t, warp_waves=3))[1].grid == residency * 3
+        assert _api._plan(*args, t, "softmax")[1].grid == residency * t.warp_waves
+        assert _api._plan(*args, dataclasses.replace(t, warp_waves=3), "softmax")[1].grid == residency * 3
+        logged = _api._plan(*args, t, "log_softmax")[1]
+        assert logged.ops == ("Plain", "LogSoftmax") and logged.grid == residency * t.warp_waves
     finally:
         _api._plan.cache_clear()
+
+
+def test_log_softmax_takes_softmax_plans_with_its_epilogue():
+    """log_softmax runs softmax's plan for every layout and method: the same kernel, launch and
+    bytes, only the epilogue op differs (kernels/ops.cuh)."""
+    seen = set()
+    for itemsize in (2, 4):
+        for cols in [1, 3, 32, 301, 1000, 4096, 50257, 2**17, 2**20, 2**24]:
+            layouts = [Layout(max(1, 2**26 // cols), cols, 1, (cols, 1), (cols, 1)),
+                       Layout(1, cols, 4096, (cols * 4096, 4096), (cols * 4096, 4096))]
+            for layout in layouts:
+                for method in (None, *d.METHODS):
+                    try:
+                        soft = d.plan(layout, itemsize, (0, 0), H200, method)
+                    except ValueError:
+                        with pytest.raises(ValueError):
+                            d.plan(layout, itemsize, (0, 0), H200, method, op="log_softmax")
+                        continue
+                    logged = d.plan(layout, itemsize, (0, 0), H200, method, op="log_softmax")
+                    if soft is None:
+                        assert logged is None
+                        continue
+                    assert soft.ops == ("Plain", "Softmax")
+                    assert logged == dataclasses.replace(soft, ops=("Plain", "LogSoftmax"))
+                    seen.add(soft.kernel)
+    assert seen >= {"registers", "tiles", "block", "cluster", "online", "columns", "slab"}, seen

@@ -11,15 +11,17 @@ of ``Tuning`` (``tuning.py``, with the records in docs/tuning/ that chose it).
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
 from . import block, cluster, columns, flat, grid, online, registers, slab, tiles
-from .common import MAX_GRID, OPS, PORTABLE_CLUSTER, Case, Limits, Plan, device_limits, vector_width
+from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, Case, Limits, Plan,
+                     device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
-__all__ = ["METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER", "TUNING", "BySize", "Limits",
-           "Plan", "Tuning", "active", "cuda_defines", "device_limits", "plan", "templates", "use",
+__all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER", "TUNING", "BySize", "Limits",
+           "Plan", "Tuning", "active", "cuda_defines", "device_limits", "ops_of", "plan", "templates", "use",
            "vector_width"]
 
 
@@ -47,13 +49,22 @@ METHODS = ("registers", "flat", "tiles", "block", "cluster", "grid", "online", "
 _BY_METHOD = {entry.method: entry for entry in ORDER}
 
 
-def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=None) -> Plan | None:
+def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=None,
+         op: str = "softmax") -> Plan | None:
     """The plan for one call. ``layout`` comes from ``_layout.collapse`` (None when the strides
     allow no [outer][n][inner] view); ``addresses`` are the input's and output's data addresses
-    (modulo 16 is enough); ``tuning``: the active one (``use``) by default. None means: make a
-    contiguous copy with the reduced axes last, then plan again."""
+    (modulo 16 is enough); ``tuning``: the active one (``use``) by default; ``op``: the operation
+    (``EPILOGUES``), which changes the kernels' epilogue and nothing of the plan. None means: make
+    a contiguous copy with the reduced axes last, then plan again."""
     if method not in (None, *METHODS):
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
+    chosen = _choose(layout, itemsize, addresses, limits, method, tuning)
+    if chosen is None or op == "softmax":
+        return chosen
+    return dataclasses.replace(chosen, ops=ops_of(op))
+
+
+def _choose(layout, itemsize, addresses, limits, method, tuning):
     if layout is None:
         return None
     case = Case(layout, itemsize, addresses, limits, _active if tuning is None else tuning)

@@ -16,6 +16,17 @@ BLOCK_RESERVED = 1024  # shared memory the driver keeps per block
 MAX_GRID = 2**31 - 1  # blocks of a one-dimensional grid
 PORTABLE_CLUSTER = 8  # the largest cluster any GPU with clusters launches
 OPS = ("Plain", "Softmax")  # (load functor, epilogue op) of the softmax forward
+# The epilogue op (kernels/ops.cuh) of each operation the plans compute, and the element types
+# it is fused for: float64 log_softmax is not (its largest entry is -log1p of the other terms'
+# sum, which no kernel keeps apart from the max's own term; cusoftmax/_family.py computes it).
+EPILOGUES = {"softmax": "Softmax", "log_softmax": "LogSoftmax"}
+FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
+               "log_softmax": ("float16", "bfloat16", "float32")}
+
+
+def ops_of(op: str) -> tuple[str, str]:
+    """(load functor, epilogue op) of an operation."""
+    return (OPS[0], EPILOGUES[op])
 
 
 @dataclass(frozen=True)
