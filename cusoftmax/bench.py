@@ -10,6 +10,9 @@ around a batch of calls ending in ``block_until_ready`` (no flush inside the bat
 is checked against a float64 reference before it is timed: a wrong cusoftmax result is not
 timed; a peer outside cusoftmax's accuracy bound is timed and marked '*'.
 
+``--op log_softmax`` times log_softmax the same way, against the peers' log_softmax and our own
+softmax in the same run (column "vs softmax": our softmax's time over our log_softmax's).
+
 ``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
 clock, the two taken in turn, each timed call after an untimed one of its own (median of the
 repeats); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
@@ -36,6 +39,9 @@ DEFAULT_WIDTHS = [2**k for k in range(5, 23)]  # 32 .. 4,194,304
 DEFAULT_DTYPES = ["float32", "bfloat16", "float16"]
 AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguous
 LONG_ROWS = [2**24, 2**27]  # float32, one row each
+# Operations of one read and one write, each named alike in cusoftmax, cupyx.scipy.special,
+# torch and jax.nn.
+BENCH_OPS = ("softmax", "log_softmax")
 
 
 def _int_expr(text: str) -> int:
@@ -56,6 +62,8 @@ def _parse(argv):
                    help="elements per tensor, e.g. 2**26 (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=None,
                    help="timed calls per case (default: 30; with --host: 7)")
+    p.add_argument("--op", default="softmax", choices=BENCH_OPS,
+                   help="the operation timed (default: %(default)s)")
     p.add_argument("--host", action="store_true",
                    help="time the host path against scipy.special.softmax (no GPU needed)")
     p.add_argument("--dask", action="store_true",
@@ -122,34 +130,42 @@ class Timer:
         return statistics.median(times)
 
 
-def _reference_ok(cupy, x, y, axis, dtype_name):
-    """Sampled slices of y against a float64 softmax of the same input."""
-    from ._accuracy import violations
+def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax"):
+    """Sampled slices of y against a float64 softmax (log_softmax) of the same input."""
+    from ._accuracy import LOG_TOLERANCE, TOLERANCE, violations
 
     xs, ys = (cupy.moveaxis(a, axis, -1) for a in (x, y))
     xs, ys = xs.reshape(-1, xs.shape[-1]), ys.reshape(-1, ys.shape[-1])
     pick = np.unique(np.linspace(0, xs.shape[0] - 1, 8).astype(np.int64))
     x64 = xs[pick].astype(cupy.float64)
-    e = cupy.exp(x64 - x64.max(axis=-1, keepdims=True))
-    ref = e / e.sum(axis=-1, keepdims=True)
-    return violations(cupy.asnumpy(ys[pick].astype(cupy.float64)), cupy.asnumpy(ref), dtype_name)
+    t = x64 - x64.max(axis=-1, keepdims=True)
+    e = cupy.exp(t)
+    if op == "log_softmax":
+        ref, table = t - cupy.log(e.sum(axis=-1, keepdims=True)), LOG_TOLERANCE
+    else:
+        ref, table = e / e.sum(axis=-1, keepdims=True), TOLERANCE
+    return violations(cupy.asnumpy(ys[pick].astype(cupy.float64)), cupy.asnumpy(ref), dtype_name,
+                      table)
 
 
-def _peers(names, cupy):
+def _peers(names, cupy, op="softmax"):
     """name -> factory(x, axis) returning (callable, timing kind, sync) or None if n/a."""
     peers = {}
     if "cupyx" in names:
         import cupyx.scipy.special as cs
 
-        peers["cupyx"] = lambda x, axis: (lambda: cs.softmax(x, axis=axis), "events", None)
+        f_cs = getattr(cs, op)
+        peers["cupyx"] = lambda x, axis: (lambda: f_cs(x, axis=axis), "events", None)
     if "torch" in names:
         try:
             import torch
 
             if torch.cuda.is_available():
+                f_t = getattr(torch, op)
+
                 def tf(x, axis):
                     t = torch.from_dlpack(x)
-                    return (lambda: torch.softmax(t, dim=axis)), "events", None
+                    return (lambda: f_t(t, dim=axis)), "events", None
                 peers["torch"] = tf
         except ImportError:
             pass
@@ -159,14 +175,16 @@ def _peers(names, cupy):
             import jax.numpy as jnp
 
             if jax.devices()[0].platform == "gpu":
+                f_j = getattr(jax.nn, op)
+
                 def jf(x, axis):
                     jx = jnp.from_dlpack(x)
-                    f = jax.jit(lambda a: jax.nn.softmax(a, axis=axis))
+                    f = jax.jit(lambda a: f_j(a, axis=axis))
                     return (lambda: f(jx)), "wall", (lambda r: r.block_until_ready())
                 peers["jax"] = jf
         except (ImportError, RuntimeError):
             pass
-    if "triton" in names:
+    if "triton" in names and op == "softmax":
         try:
             from ._triton_peer import triton_softmax
 
@@ -179,9 +197,9 @@ def _peers(names, cupy):
 FORCED = "method:"  # impl name prefix of a forced cusoftmax method
 
 
-def _forced(cusoftmax, method):
+def _forced(cusoftmax, method, op="softmax"):
     def factory(x, axis):
-        fn = lambda: cusoftmax.softmax(x, axis=axis, method=method)  # noqa: E731
+        fn = lambda: getattr(cusoftmax, op)(x, axis=axis, method=method)  # noqa: E731
         try:
             fn()
         except ValueError:  # the method cannot hold this row: n/a
@@ -214,23 +232,25 @@ def _dtype(cupy, name):
     return np.dtype(name)
 
 
-def _host_overhead(cupy, peers, rounds=7, calls=2000):
+def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax"):
     """Host microseconds per call on a tiny input (4 x 256 float32), launches not awaited: the
     best round of each implementation, their rounds taken in turn (so a drift of the host's
     speed during the measurement reaches every implementation alike)."""
     import cusoftmax
 
     x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
-    fns = {"cusoftmax": lambda: cusoftmax.softmax(x)}
+    ours = getattr(cusoftmax, op)
+    fns = {"cusoftmax": lambda: ours(x)}
     if "torch" in peers:
         import torch
 
-        t = torch.from_dlpack(x)
-        fns["torch"] = lambda: torch.softmax(t, dim=-1)
+        t, f_t = torch.from_dlpack(x), getattr(torch, op)
+        fns["torch"] = lambda: f_t(t, dim=-1)
     if "cupyx" in peers:
         import cupyx.scipy.special as cs
 
-        fns["cupyx"] = lambda: cs.softmax(x, axis=-1)
+        f_cs = getattr(cs, op)
+        fns["cupyx"] = lambda: f_cs(x, axis=-1)
     out = dict.fromkeys(fns, math.inf)
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -267,11 +287,15 @@ def main(argv=None):
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
     timer = Timer(cupy, args.repeat or 30)
-    peers = _peers(args.peers.split(","), cupy)
+    op = args.op
+    ours = getattr(cusoftmax, op)
+    peers = _peers(args.peers.split(","), cupy, op)
+    if op != "softmax":  # our own softmax, the speed the operation is held to
+        peers["softmax"] = lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)
     cases = list(_cases(args))
     methods = [m for m in args.methods.split(",") if m]
     rows = []
-    _progress(f"{name}: {len(cases)} cases, peers: {', '.join(peers) or 'none'}")
+    _progress(f"{name}: {op}, {len(cases)} cases, peers: {', '.join(peers) or 'none'}")
     for i, (dt_name, shape, axis) in enumerate(cases, 1):
         dt = _dtype(cupy, dt_name)
         _progress(f"[{i}/{len(cases)}] {dt_name} {shape[0]}x{shape[1]} axis {axis}")
@@ -281,10 +305,10 @@ def main(argv=None):
         copy_us = timer.events(lambda: cupy.cuda.runtime.memcpyAsync(
             dst.data.ptr, x.data.ptr, x.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice,
             cupy.cuda.get_current_stream().ptr))
-        impls = {"cusoftmax": lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)}
+        impls = {"cusoftmax": lambda x, axis: (lambda: ours(x, axis=axis), "events", None)}
         impls.update(peers)
-        impls.update({f"{FORCED}{m}": _forced(cusoftmax, m) for m in methods})
-        row = {"device": name, "dtype": dt_name, "rows": shape[0], "cols": shape[1], "axis": axis,
+        impls.update({f"{FORCED}{m}": _forced(cusoftmax, m, op) for m in methods})
+        row = {"device": name, "op": op, "dtype": dt_name, "rows": shape[0], "cols": shape[1], "axis": axis,
                "copy_GBps": nbytes / copy_us / 1e3}
         for impl, factory in impls.items():
             try:
@@ -296,7 +320,7 @@ def main(argv=None):
                 if sync:
                     sync(y)
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
-                bad = _reference_ok(cupy, x, y, axis, dt_name)
+                bad = _reference_ok(cupy, x, y, axis, dt_name, "softmax" if impl == "softmax" else op)
                 if bad and (impl == "cusoftmax" or impl.startswith(FORCED)):
                     row[f"{impl}_error"] = bad
                     _progress(f"    {impl}: WRONG RESULT, not timed: {bad}")
@@ -314,8 +338,8 @@ def main(argv=None):
         rows.append(row)
         del x, dst
         cupy.get_default_memory_pool().free_all_blocks()
-    overhead = _host_overhead(cupy, peers)
-    _report(rows, list(impls), overhead, name, Path(args.out))
+    overhead = _host_overhead(cupy, peers, op=op)
+    _report(rows, list(impls), overhead, name, Path(args.out), op)
     return 0
 
 
@@ -335,7 +359,7 @@ def _versions():
     return out
 
 
-def _report(rows, impls, overhead, device, out: Path):
+def _report(rows, impls, overhead, device, out: Path, op="softmax"):
     out.mkdir(parents=True, exist_ok=True)
     peers = [p for p in impls if p != "cusoftmax" and not p.startswith(FORCED)]
     forced = [p for p in impls if p.startswith(FORCED)]
@@ -354,11 +378,11 @@ def _report(rows, impls, overhead, device, out: Path):
         lines.append(cells)
     meta = {"device": device, "date": time.strftime("%Y-%m-%d"), "versions": _versions(),
             "host_us_per_call_4x256_float32": overhead}
-    legend = (f"{device}, {meta['date']}; 'vs X' = X's time / ours (> 1: ours faster); "
+    legend = (f"{device}, {meta['date']}, {op}; 'vs X' = X's time / ours (> 1: ours faster); "
               "* = X's result is outside cusoftmax's accuracy bound for the dtype")
     text = format_table(head, lines)
     print(f"\n{legend}\n{text}")
-    print("host us per call (4x256 float32): " +
+    print(f"host us per call (4x256 float32, {op}): " +
           ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("dtype", "rows", "cols", "axis"), k))

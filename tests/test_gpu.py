@@ -6,11 +6,13 @@ import math
 
 import numpy as np
 import pytest
+import scipy.special
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import planning
+from cusoftmax._accuracy import LOG_TOLERANCE, violations
 from cusoftmax._layout import Layout, normalize_axes
 from cusoftmax.planning import TUNING, grid
 from _support import (BF16, FLOAT_DTYPES, assert_same_bits, assert_softmax, block_max_cols, build, cluster_held_cols, cluster_policy_cols,
@@ -506,3 +508,106 @@ def test_a_tuning_variant_plans_and_runs_its_own():
         assert_same_bits(cusoftmax.softmax(x), y)
         assert_same_bits(cusoftmax.softmax(x), y)
     assert_same_bits(cusoftmax.softmax(x), y)
+
+
+# ---- log_softmax: softmax's plans with the LogSoftmax epilogue (kernels/ops.cuh).
+LOG_FUSED = tuple(np.dtype(BF16 if n == "bfloat16" else n) for n in planning.FUSED_TYPES["log_softmax"]
+                  if n != "bfloat16" or BF16 is not None)
+
+
+def assert_log_softmax(y, x, axis):
+    """y is log_softmax(x) within the log bound of y's dtype, against SciPy in float64 (special
+    values included: +inf entries NaN and the others -inf, NaN slices all NaN)."""
+    y = to_host(y)
+    with np.errstate(all="ignore"):
+        ref = scipy.special.log_softmax(to_host(x).astype(np.float64), axis=axis)
+    msg = violations(y, ref, y.dtype.name, LOG_TOLERANCE)
+    assert msg is None, msg
+
+
+def poisoned_log_softmax(x, axis=-1, method=None):
+    out = cupy.full(x.shape, np.nan, dtype=x.dtype)
+    assert cusoftmax.log_softmax(x, axis=axis, out=out, method=method) is out
+    return out
+
+
+def log_lines(cols, dtype):
+    """special_lines, and a row with +inf beside finite values and -inf (SciPy: NaN at the +inf,
+    -inf elsewhere), one with +inf and NaN (all NaN), one whose max dominates (d near 1)."""
+    v = special_lines(cols, dtype)
+    inf_row = v[0].copy()
+    inf_row[cols // 3] = np.inf
+    inf_row[:: max(2, cols // 5)] = -np.inf
+    both = v[0].copy()
+    both[-1], both[0] = np.inf, np.nan
+    dominant = -200.0 + v[0]
+    dominant[cols // 2] = 0.0
+    return np.vstack([v, inf_row, both, dominant])
+
+
+@pytest.mark.parametrize("cols", [1, 2, 3, 31, 33, 301, 517, 1025, 2049, 5001, 9001, 50257, 100000,
+                                  1000000])
+@pytest.mark.parametrize("dtype", LOG_FUSED, ids=str)
+def test_log_softmax_every_kernel_against_scipy(cols, dtype):
+    """Every kernel family that takes these rows, forced and by the policy, on rows with the
+    special values of SciPy's log_softmax; then contiguous rows off 16-byte boundaries."""
+    x = cupy.asarray(log_lines(cols, dtype).astype(dtype))
+    ran = 0
+    for method in (None, *ROW_METHODS):
+        if method is None or runnable(method, cols, dtype):
+            assert_log_softmax(poisoned_log_softmax(x, method=method), x, -1)
+            ran += 1
+    assert ran >= 2
+    odd = cupy.asarray(log_lines(cols, dtype).astype(dtype)[:, : max(1, cols - 1)])
+    for method in (None, *ROW_METHODS):
+        if runnable(method, odd.shape[1], dtype):
+            assert_log_softmax(poisoned_log_softmax(odd, method=method), odd, -1)
+
+
+@pytest.mark.parametrize("n", [5, 700, 9000])
+@pytest.mark.parametrize("dtype", LOG_FUSED, ids=str)
+def test_log_softmax_along_a_strided_axis(n, dtype):
+    x = cupy.asarray(np.ascontiguousarray(log_lines(n, dtype).T).astype(dtype))
+    methods = [None, "columns"] + (["slab"] if limits().clusters else [])
+    for method in methods:
+        assert_log_softmax(poisoned_log_softmax(x, axis=0, method=method), x, 0)
+
+
+@pytest.mark.parametrize("dtype", LOG_FUSED, ids=str)
+def test_log_softmax_cluster_rows_that_spill(dtype):
+    """Rows past what a cluster holds: the max, a +inf and a NaN in a block's spill."""
+    if not limits().clusters:
+        pytest.skip("needs thread-block clusters")
+    isz = np.dtype(dtype).itemsize
+    cols = cluster_held_cols(limits(), isz, 16 // isz) * 3 // 2
+    x = cupy.asarray(make_values(np.random.default_rng(12), (4, cols), np.dtype(dtype)))
+    x[1, -3] = 30.0
+    x[2, -5] = np.inf
+    x[3, -7] = np.nan
+    assert_log_softmax(poisoned_log_softmax(x, method="cluster"), x, -1)
+
+
+@pytest.mark.parametrize("method", ROW_METHODS)
+def test_log_softmax_deterministic_in_place_and_batch_independent(method):
+    cols = 1001 if method == "flat" else 3000
+    x = cupy.asarray(make_values(np.random.default_rng(16), (64, cols), np.dtype(np.float32)))
+    a = cusoftmax.log_softmax(x, method=method)
+    assert_same_bits(a, cusoftmax.log_softmax(x, method=method))
+    assert_same_bits(cusoftmax.log_softmax(x[17:18].copy(), method=method)[0], a[17])
+    inplace = x.copy()
+    cusoftmax.log_softmax(inplace, out=inplace, method=method)
+    assert_same_bits(inplace, a)
+
+
+def test_log_softmax_fused_and_composed_paths():
+    """float16 to float32 take the kernels (method= accepted); float64, where= and scale= the
+    array operations, which refuse a method; float64 keeps its dominant entry (-log1p)."""
+    x = cupy.asarray([[0.0, -50.0, -60.0]])
+    y = to_host(cusoftmax.log_softmax(x))
+    assert y[0, 0] == -math.log1p(math.exp(-50.0) + math.exp(-60.0))
+    with pytest.raises(ValueError, match="float64"):
+        cusoftmax.log_softmax(x, method="registers")
+    with pytest.raises(ValueError, match="where= or scale="):
+        cusoftmax.log_softmax(x.astype(np.float32), scale=2.0, method="registers")
+    x32 = x.astype(np.float32)
+    assert_same_bits(cusoftmax.log_softmax(x32, method="registers"), cusoftmax.log_softmax(x32))
