@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -169,6 +171,54 @@ def fused(c: "Call", out, method, op: str):
     call's dtype): the result in the caller's framework, or `out`."""
     y = _gpu(c.array, c.axes, c.out, c.dtype, method, op=op)
     return out if c.out is not None else c.src.wrap(y)
+
+
+def reduced(c: "Call", op: str):
+    """`op` (one of ``planning.REDUCTIONS``) of each slice of a prepared GPU call, by the reduce
+    kernels: a new CuPy array of the kept axes' shape, in the call's dtype."""
+    import cupy
+
+    x = c.array
+    kept = tuple(x.shape[d] for d in range(x.ndim) if d not in c.axes)
+    with x.device:
+        if x.dtype != c.dtype:
+            x = x.astype(c.dtype)
+        if x.size == 0:
+            return cupy.empty(kept, dtype=c.dtype)
+        run, order = _reducer(x, c.axes, op)
+        if run is None:  # no kernel takes the strides: the reduced axes last, contiguous
+            last = tuple(range(x.ndim - len(c.axes), x.ndim))
+            x = cupy.moveaxis(x, c.axes, last).copy()
+            run, order = _reducer(x, last, op)
+        y = cupy.empty(math.prod(x.shape[d] for d in order), dtype=c.dtype)
+        run(x, y)
+        # y holds the slices in the layout's order of the kept axes (by x's strides).
+        y = y.reshape([x.shape[d] for d in order])
+        natural = sorted(order)
+        if order != natural:
+            y = cupy.ascontiguousarray(y.transpose([order.index(d) for d in natural]))
+        return y.reshape(kept)
+
+
+def _reducer(x, axes, op):
+    """(``run(x, y)`` or None, the kept axes of more than one element in the order of y's
+    slices) for CuPy arrays like x (cached per call signature)."""
+    tuning = planning.active()
+    layout, plan, order = _reduce_plan(x.shape, _elem_strides(x), axes, x.itemsize,
+                                       x.data.ptr % 16, x.device.id, tuning)
+    if plan is None:
+        return None, order
+    plan = dataclasses.replace(plan, ops=planning.ops_of(op))
+    return _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning), order
+
+
+@lru_cache(maxsize=1024)
+def _reduce_plan(shape, xs, axes, itemsize, align, device_id, tuning):
+    layout = collapse(shape, xs, xs, axes)
+    plan = planning.reduce_plan(layout, itemsize, align, planning.device_limits(device_id), tuning)
+    kept = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
+    order = sorted(kept, key=lambda d: -abs(xs[d]))  # collapse's order of the kept axes
+    return layout, plan, order
 
 
 def host_method(method) -> None:

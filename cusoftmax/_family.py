@@ -254,8 +254,9 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     NaN in a slice gives NaN; +inf gives +inf (NaN where weights of both signs meet at +inf); a
     slice of all -inf gives -inf. Unlike SciPy, the result's dtype is that of `a` (`b` does not
     promote it), and positions with ``b == 0`` are left out even where the result is infinite.
-    On the GPU this runs as array operations on CuPy's current stream until a fused kernel takes
-    it.
+    On the GPU, without `b`, `where` and `scale`, one kernel reads each element once (the reduce
+    family: any axes, any strides); with them it runs as array operations on CuPy's current
+    stream.
 
     Examples
     --------
@@ -274,9 +275,14 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     w, s, wb = _where(where, c), _scale(scale, c), _weights(b, c)
     xp = _xp(c)
     with _on_device(c):
-        st = C.state(xp, c.array.astype(c.dtype, copy=False), c.axes, where=w, scale=s, b=wb)
-        res = C.log_sum(xp, st, return_sign, dtype=c.dtype)
-        res = tuple(r.reshape(shape) for r in (res if return_sign else (res,)))
+        if c.src.on_gpu and w is None and s is None and wb is None:  # the reduce kernels
+            r = _api.reduced(c, "logsumexp")
+            res = (r, _sign_of(xp, r)) if return_sign else (r,)
+        else:
+            st = C.state(xp, c.array.astype(c.dtype, copy=False), c.axes, where=w, scale=s, b=wb)
+            res = C.log_sum(xp, st, return_sign, dtype=c.dtype)
+            res = res if return_sign else (res,)
+        res = tuple(r.reshape(shape) for r in res)
         if dst is not None:
             for d, r in zip(dst, res):
                 xp.copyto(d, r)
@@ -284,6 +290,13 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     res = tuple(r[()] if c.src.framework == "numpy" and r.ndim == 0 else c.src.wrap(r)
                 for r in res)
     return res if return_sign else res[0]
+
+
+def _sign_of(xp, r):
+    """The sign of sums of positive terms from their logs `r`: 1, 0 where r is -inf (a zero
+    sum), NaN where r is NaN (as ``_composed.log_sum``)."""
+    one = xp.where(r == -np.inf, r.dtype.type(0), r.dtype.type(1))
+    return xp.where(xp.isnan(r), r.dtype.type(np.nan), one)
 
 
 def _log_sum_out(out, c: _api.Call, shape, return_sign):

@@ -24,6 +24,9 @@ FILES = {
     "online": "softmax_online.cu",
     "columns": "softmax_columns.cu",
     "slab": "softmax_columns.cu",
+    "reduce_lanes": "reduce.cu",
+    "reduce_chunks": "reduce.cu",
+    "reduce_columns": "reduce.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 LANGUAGE = ("-std=c++17",)
@@ -147,7 +150,8 @@ def _launcher(plan, fn, tail):
 
     def run_two_pass(x, y):
         work = cupy.empty(nbytes, dtype=np.uint8)
-        work.data.memset_async(0, zeroed)  # on the current stream, as the launch
+        if zeroed:
+            work.data.memset_async(0, zeroed)  # on the current stream, as the launch
         run(x, y, work)
 
     return run_two_pass

@@ -28,7 +28,9 @@ def _expressions(filename, arch):
     for op, dtypes in planning.FUSED_TYPES.items():
         for dtype_name in dtypes:
             itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
-            for kernel, template in planning.templates(itemsize, clusters=arch >= "90"):
+            made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
+                    else planning.templates(itemsize, clusters=arch >= "90"))
+            for kernel, template in made:
                 if _kernels.FILES[kernel] == filename:
                     yield _kernels.name_expression(kernel, dtype_name, template, planning.ops_of(op))
 

@@ -569,7 +569,8 @@ def test_name_expressions_take_the_load_and_epilogue():
         "csm::registers<csm::Plain, csm::Softmax, float, 4, 1, 4, 8>"
     assert _kernels.name_expression("online", "bfloat16", (8,)) == \
         "csm::online<csm::Plain, csm::Softmax, __nv_bfloat16, 8>"
-    assert set(_kernels.FILES) == {k for isz in (2, 4, 8) for k, _ in d.templates(isz)}
+    assert set(_kernels.FILES) == {k for isz in (2, 4, 8)
+                                   for k, _ in (*d.templates(isz), *d.reduce_templates(isz))}
 
 
 def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
@@ -613,3 +614,31 @@ def test_log_softmax_takes_softmax_plans_with_its_epilogue():
                     assert logged == dataclasses.replace(soft, ops=("Plain", "LogSoftmax"))
                     seen.add(soft.kernel)
     assert seen >= {"registers", "tiles", "block", "cluster", "online", "columns", "slab"}, seen
+
+
+def test_reduce_plans_cover_every_row_and_axis():
+    """logsumexp's own order (planning/reduce.py): warps' lanes for short rows, chunked blocks
+    for long ones, strips of columns for a strided axis; chunks cover the slice exactly once."""
+    def rows(r, n, itemsize=4):
+        return d.reduce_plan(Layout(r, n, 1, (n, 1), (n, 1)), itemsize, 0, H200, t)
+
+    short = rows(2**20, 32)
+    assert short.kernel == "reduce_lanes" and short.template == (4, 2) and short.workspace() is None
+    assert rows(2**16, 1024).template == (4, 32)
+    for r, n in [(2**12, 8192), (1, 2**27), (3, 10**6 + 3), (64, 2**24)]:
+        p = rows(r, n)
+        assert p.kernel == "reduce_chunks" and p.chunk % p.vec == 0
+        assert (p.chunks - 1) * p.chunk < n <= p.chunks * p.chunk
+        nbytes, head = p.workspace()
+        if p.chunks == 1:
+            assert (nbytes, head) == (8, 0)
+        else:
+            assert head == (4 * r + 7) // 8 * 8 and nbytes == head + 24 * r * p.chunks
+    assert rows(1, 2**27).chunks >= 2 * H200.sm_count  # one row spread over the GPU
+    assert rows(2**12, 8192).chunks == 1
+    col = d.reduce_plan(Layout(1, 4096, 16384, (0, 16384), (0, 16384)), 4, 0, H200, t)
+    assert col.kernel == "reduce_columns" and col.width == 32 and col.vec == 4
+    assert (col.chunks - 1) * col.chunk < 4096 <= col.chunks * col.chunk
+    narrow = d.reduce_plan(Layout(10, 10**6, 3, (3 * 10**6, 3), (3 * 10**6, 3)), 4, 0, H200, t)
+    assert narrow.vec == 1 and narrow.width == 4 and narrow.chunks > 1
+    assert d.reduce_plan(None, 4, 0, H200, t) is None

@@ -611,3 +611,68 @@ def test_log_softmax_fused_and_composed_paths():
         cusoftmax.log_softmax(x.astype(np.float32), scale=2.0, method="registers")
     x32 = x.astype(np.float32)
     assert_same_bits(cusoftmax.log_softmax(x32, method="registers"), cusoftmax.log_softmax(x32))
+
+
+# ---- logsumexp: the reduce family (kernels/reduce.cu), one read a element.
+def assert_logsumexp(r, x, axis):
+    r = to_host(r)
+    with np.errstate(all="ignore"):
+        ref = scipy.special.logsumexp(to_host(x).astype(np.float64), axis=axis)
+    msg = violations(r, np.asarray(ref), r.dtype.name, LOG_TOLERANCE)
+    assert msg is None, msg
+
+
+@pytest.mark.parametrize("cols", [1, 3, 8, 33, 100, 1000, 4096, 4100, 20000, 300001, 2**20 + 3])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logsumexp_rows_against_scipy(cols, dtype):
+    """Rows of every reduce kernel (lanes, one chunk a row, many chunks) with SciPy's special
+    values (NaN, +inf, all -inf, a dominant max), contiguous and off 16-byte boundaries, few
+    rows and many."""
+    x = cupy.asarray(log_lines(cols, dtype).astype(dtype))
+    assert_logsumexp(cusoftmax.logsumexp(x, axis=-1), x, -1)
+    odd = x[:, 1:] if cols > 1 else x
+    assert_logsumexp(cusoftmax.logsumexp(odd, axis=-1), odd, -1)
+    one = x[[0]]
+    assert_logsumexp(cusoftmax.logsumexp(one, axis=-1), one, -1)
+    many = cupy.tile(x, (max(1, 2**16 // cols), 1))
+    assert_logsumexp(cusoftmax.logsumexp(many, axis=-1), many, -1)
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 7), 0), ((700, 300), 0), ((4096, 3), 0),
+                                        ((9000, 64), 0), ((3, 20000, 33), 1), ((64, 33, 5), (0, 2)),
+                                        ((16, 9, 4), None), ((8, 300, 4), (1,))])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logsumexp_strided_and_tuple_axes(shape, axis, dtype):
+    x = cupy.asarray(make_values(np.random.default_rng(21), shape, np.dtype(dtype), specials=0.001))
+    assert_logsumexp(cusoftmax.logsumexp(x, axis=axis), x, axis)
+    t = x.T
+    assert_logsumexp(cusoftmax.logsumexp(t, axis=0), t, 0)
+    flipped = x[::-1]
+    assert_logsumexp(cusoftmax.logsumexp(flipped, axis=axis), flipped, axis)
+    kept = to_host(cusoftmax.logsumexp(x, axis=axis, keepdims=True))
+    assert kept.shape == np.asarray(scipy.special.logsumexp(np.zeros(shape), axis=axis, keepdims=True)).shape
+
+
+@pytest.mark.parametrize("n", [5, 700, 9000])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logsumexp_special_columns(n, dtype):
+    x = cupy.asarray(np.ascontiguousarray(log_lines(n, dtype).T).astype(dtype))
+    assert_logsumexp(cusoftmax.logsumexp(x, axis=0), x, 0)
+
+
+def test_logsumexp_dominant_term_sign_and_determinism():
+    x = cupy.asarray([[0.0, -50.0, -60.0], [-np.inf] * 3, [np.nan, 1.0, 2.0], [np.inf, 1.0, 2.0]])
+    r, sgn = (to_host(a) for a in cusoftmax.logsumexp(x, axis=1, return_sign=True))
+    assert r[0] == math.log1p(math.exp(-50.0) + math.exp(-60.0))
+    assert r[1] == -np.inf and np.isnan(r[2]) and r[3] == np.inf
+    assert list(sgn[[0, 1, 3]]) == [1.0, 0.0, 1.0] and np.isnan(sgn[2])
+    big = cupy.asarray(make_values(np.random.default_rng(3), (3, 5_000_001), np.dtype(np.float32)))
+    assert_same_bits(cusoftmax.logsumexp(big, axis=1), cusoftmax.logsumexp(big, axis=1))
+
+
+def test_logsumexp_of_a_1e8_row_in_float32():
+    """The issue's bound: a float32 row of 1e8 elements within 1e-6 relative of float64."""
+    x = cupy.random.default_rng(4).standard_normal(10**8, dtype=cupy.float32)
+    got = float(cusoftmax.logsumexp(x))
+    ref = float(cupy.asnumpy(cupy.log(cupy.exp(x.astype(cupy.float64)).sum())))
+    assert abs(got - ref) <= 1e-6 * abs(ref)

@@ -1,12 +1,14 @@
 """THE policy: (layout, element size, addresses, device limits, tuning) -> a plan: one launch.
 
-``ORDER`` below is the whole order of choice. Each entry names a kernel family, the layouts it
-takes (contiguous rows, or a strided reduced axis) and when the default takes it; the first entry
-that applies and whose planner returns a plan wins (a planner returns None where its kernel cannot
-hold the case: the next entry takes over). None at the end: the caller makes a contiguous copy
-with the reduced axes last and plans again. A forced ``method`` runs that family's planner alone,
-which raises ValueError naming the limit where its kernel cannot run. Every tuning value is a field
-of ``Tuning`` (``tuning.py``, with the records in docs/tuning/ that chose it).
+``ORDER`` below is the whole order of choice of the kernels that write every element (softmax,
+log_softmax; the reductions to one value a slice, logsumexp, have their own in ``reduce.py``).
+Each entry names a kernel family, the layouts it takes (contiguous rows, or a strided reduced
+axis) and when the default takes it; the first entry that applies and whose planner returns a
+plan wins (a planner returns None where its kernel cannot hold the case: the next entry takes
+over). None at the end: the caller makes a contiguous copy with the reduced axes last and plans
+again. A forced ``method`` runs that family's planner alone, which raises ValueError naming the
+limit where its kernel cannot run. Every tuning value is a field of ``Tuning`` (``tuning.py``,
+with the records in docs/tuning/ that chose it).
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import dataclasses
 from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
-from . import block, cluster, columns, flat, grid, online, registers, slab, tiles
-from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, Case, Limits, Plan,
-                     device_limits, ops_of, vector_width)
+from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles
+from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, Case,
+                     Limits, Plan, device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
-__all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER", "TUNING", "BySize", "Limits",
-           "Plan", "Tuning", "active", "cuda_defines", "device_limits", "ops_of", "plan", "templates", "use",
-           "vector_width"]
+__all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
+           "REDUCTIONS",
+           "TUNING", "BySize", "Limits", "Plan", "Tuning", "active", "cuda_defines", "device_limits",
+           "ops_of", "plan", "reduce_plan", "reduce_templates", "templates", "use", "vector_width"]
 
 
 class Entry(NamedTuple):
@@ -77,6 +80,18 @@ def _choose(layout, itemsize, addresses, limits, method, tuning):
             if chosen is not None:
                 return chosen
     return None
+
+
+def reduce_plan(layout, itemsize: int, address: int, limits: Limits, tuning=None) -> Plan | None:
+    """The plan of a reduction of each slice to one value (logsumexp): the reduce family's own
+    order of choice (``reduce.py``); ``layout`` from ``_layout.collapse`` with x's strides for
+    both arrays. None: copy the reduced axes last and plan again."""
+    return reduce.plan(layout, itemsize, address, limits, _active if tuning is None else tuning)
+
+
+def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
+    """Every (kernel, template arguments) of the reduce family for one element size."""
+    yield from reduce.templates(itemsize, tuning)
 
 
 def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING):

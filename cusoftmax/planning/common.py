@@ -19,9 +19,11 @@ OPS = ("Plain", "Softmax")  # (load functor, epilogue op) of the softmax forward
 # The epilogue op (kernels/ops.cuh) of each operation the plans compute, and the element types
 # it is fused for: float64 log_softmax is not (its largest entry is -log1p of the other terms'
 # sum, which no kernel keeps apart from the max's own term; cusoftmax/_family.py computes it).
-EPILOGUES = {"softmax": "Softmax", "log_softmax": "LogSoftmax"}
+EPILOGUES = {"softmax": "Softmax", "log_softmax": "LogSoftmax", "logsumexp": "LogSumExp"}
 FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
-               "log_softmax": ("float16", "bfloat16", "float32")}
+               "log_softmax": ("float16", "bfloat16", "float32"),
+               "logsumexp": ("float16", "bfloat16", "float32", "float64")}
+REDUCTIONS = ("logsumexp",)  # one value a slice: the reduce family (reduce.py)
 
 
 def ops_of(op: str) -> tuple[str, str]:

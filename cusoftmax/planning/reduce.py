@@ -1,0 +1,130 @@
+"""The reduce family: each slice to one value (logsumexp), one read of every element and nothing
+held but each thread's running state (kernels/reduce.cu). Its order of choice:
+
+    kernel          layout            when
+    reduce_lanes    contiguous rows   a row in at most reduce_lane_max_packs packs a lane of a warp
+    reduce_chunks   contiguous rows   longer rows: a block a chunk, chunks merged in the workspace
+    reduce_columns  a strided axis    any: strips of columns a block, the axis in chunks
+
+The plans' output is one element a slice, contiguous, in the layout's order of slices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .common import MAX_GRID, THREADS_PER_SM, Plan, pow2_at_least, vecs, vector_width
+
+KERNELS = ("reduce_lanes", "reduce_chunks", "reduce_columns")
+
+
+def _grid(items, limits, tuning):
+    """Blocks: one an item, at most reduce_waves full residencies (blocks loop over items)."""
+    resident = limits.sm_count * (THREADS_PER_SM // tuning.reduce_threads) * tuning.reduce_waves
+    return max(1, min(MAX_GRID, resident, items))
+
+
+def _workspace(lines, chunks, values):
+    """(bytes, head bytes to zero) of ReduceWork: a count per line, then 3 doubles a partial
+    state; one chunk a line needs none (8 bytes, nothing zeroed)."""
+    if chunks == 1:
+        return 8, 0
+    head = (4 * lines + 7) // 8 * 8
+    return head + 24 * lines * chunks * values, head
+
+
+@dataclass(frozen=True)
+class LanesPlan(Plan):
+    method = "reduce_lanes"
+    lanes: int  # a row's lanes
+
+    @property
+    def template(self):
+        return (self.vec, self.lanes)
+
+    def args(self, layout):
+        return (layout.outer, layout.n, layout.xs[0])
+
+
+@dataclass(frozen=True)
+class ChunksPlan(Plan):
+    method = "reduce_chunks"
+    chunk: int  # elements a chunk, a multiple of vec
+    chunks: int  # chunks a row
+    lines: int  # rows
+
+    def args(self, layout):
+        return (layout.outer, layout.n, layout.xs[0], self.chunk, self.chunks)
+
+    def workspace(self):
+        return _workspace(self.lines, self.chunks, 1)
+
+
+@dataclass(frozen=True)
+class ColumnsPlan(Plan):
+    method = "reduce_columns"
+    width: int  # packs a strip
+    chunk: int  # steps of the axis a chunk
+    chunks: int  # chunks a strip
+    lines: int  # strips
+
+    def args(self, layout):
+        (xso, xsn) = layout.xs
+        return (layout.outer, layout.n, layout.inner, xso, xsn, self.chunk, self.chunks, self.width)
+
+    def workspace(self):
+        return _workspace(self.lines, self.chunks, self.width * self.vec)
+
+
+def _chunks(length, lines, least, most, limits, tuning):
+    """Chunks of a line of `length` units: enough (line, chunk) items for reduce_item_waves
+    full residencies, chunks of at least `least` and at most `most` units."""
+    resident = limits.sm_count * (THREADS_PER_SM // tuning.reduce_threads)
+    wanted = math.ceil(tuning.reduce_item_waves * resident / lines)
+    return max(math.ceil(length / most), min(wanted, math.ceil(length / least)), 1)
+
+
+def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
+    """The reduction's plan for `layout` (x's strides in both), x at `address` (modulo 16 is
+    enough); None where no kernel takes the strides (the caller copies the reduced axes last)."""
+    if layout is None:
+        return None
+    t, threads = tuning, tuning.reduce_threads
+    if layout.rows:
+        rows, n = layout.outer, layout.n
+        vec = vector_width(itemsize, (address,), (layout.xs[0],))
+        packs = math.ceil(n / vec)
+        if packs <= 32 * t.reduce_lane_max_packs:
+            lanes = min(32, pow2_at_least(math.ceil(packs / t.reduce_lane_packs)))
+            grid = _grid(math.ceil(rows * lanes / threads), limits, t)
+            return LanesPlan(vec, grid, threads, 0, lanes=lanes)
+        step = threads * vec  # elements a block's batch round covers, per pack a thread
+        chunks = _chunks(n, rows, step * t.reduce_min_chunk_steps, t.reduce_max_chunk_bytes // itemsize,
+                         limits, t)
+        chunk = math.ceil(math.ceil(n / chunks) / vec) * vec
+        chunks = math.ceil(n / chunk)
+        return ChunksPlan(vec, _grid(rows * chunks, limits, t), threads, 0, chunk=chunk,
+                          chunks=chunks, lines=rows)
+    outer, n, inner = layout.outer, layout.n, layout.inner
+    vec = min(vector_width(itemsize, (address,), layout.xs + (inner,)), t.reduce_columns_max_vec)
+    width = min(32, pow2_at_least(math.ceil(inner / vec)))
+    lanes = threads // width
+    lines = outer * math.ceil(inner / (width * vec))
+    chunks = _chunks(n, lines, lanes * t.reduce_min_chunk_steps, math.inf, limits, t)
+    chunk = math.ceil(n / chunks)
+    chunks = math.ceil(n / chunk)
+    return ColumnsPlan(vec, _grid(lines * chunks, limits, t), threads, 0, width=width, chunk=chunk,
+                       chunks=chunks, lines=lines)
+
+
+def templates(itemsize, tuning):
+    """Every (kernel, template arguments) of the family for one element size."""
+    for vec in vecs(itemsize):
+        lanes = 1
+        while lanes <= 32:
+            yield "reduce_lanes", (vec, lanes)
+            lanes *= 2
+        yield "reduce_chunks", (vec,)
+        if vec <= tuning.reduce_columns_max_vec:
+            yield "reduce_columns", (vec,)

@@ -1,0 +1,294 @@
+// Reductions of each slice to one value (logsumexp): one read of every element, no write pass,
+// nothing held on chip but each thread's running state.
+//
+//   kernel (after Ld, Ep)        a slice by                       used for
+//   reduce_lanes<T, V, W>        W lanes of a warp (W <= 32)      rows of up to a few thousand
+//   reduce_chunks<T, V>          blocks, a chunk each, merged     longer rows, any length
+//                                through the workspace
+//   reduce_columns<T, V>         a strip of columns a block,      a strided reduced axis
+//                                chunks of the axis merged
+//                                through the workspace
+//
+// The state of a slice is (m, c, s): its max m, the count c of its elements equal to m, and the
+// sum s of exp(x - m) over the others, so that Ep's value of it can take log(c) + log1p(s / c):
+// a sum dominated by its max term keeps its relative accuracy (logsumexp([0, -50]) is
+// log1p(e^-50), not 0). Merges in fixed orders: the same input gives the same bits.
+// The output y holds one element a slice, contiguous: row r (or column o * inner + i) at y[r].
+#include "common.cuh"
+#include "ops.cuh"
+
+#if !defined(CSM_REDUCE_THREADS)
+#error "reduce.cu needs -DCSM_REDUCE_THREADS from the loader"
+#endif
+
+namespace csm {
+
+constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
+constexpr int REDUCE_BATCH = 4;  // packs (steps) a thread loads before it uses any
+static_assert(REDUCE_THREADS % 32 == 0 && REDUCE_THREADS <= 1024, "whole warps, one block");
+
+// (m, c, s), identity (-inf, 0, 0). fmax ignores NaN, so a NaN element goes to s and makes it
+// NaN; elements equal to m are counted, never exp'd, whatever m is (-inf and +inf included, so a
+// slice of -inf is (-inf, n, 0) and one holding +inf has c > 0 and s 0 or NaN).
+template <typename C> struct MCS {
+    C m;
+    acc_t c, s;
+    __device__ static MCS identity() { return {neg_inf<C>(), 0.0, 0.0}; }
+    // Against a max top >= m: every element so far goes to s, times exp(m - top) (0 where m is
+    // -inf, or top is +inf and m is not).
+    __device__ void raise(C top) {
+        if (top != m) {
+            s = (s + c) * exp(acc_t(m) - acc_t(top));
+            c = 0;
+            m = top;
+        }
+    }
+    template <int V> __device__ void push_pack(const C (&v)[V]) {
+        C top = m;
+#pragma unroll
+        for (int j = 0; j < V; ++j) top = fmax(top, v[j]);
+        raise(top);
+        C cs = 0, ss = 0;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            if (v[j] == m)
+                cs += C(1);
+            else
+                ss += fast_exp(v[j] - m);
+        }
+        c += acc_t(cs);
+        s += acc_t(ss);
+    }
+    __device__ void merge(MCS o) {
+        const C top = fmax(m, o.m);
+        raise(top);
+        o.raise(top);
+        c += o.c;
+        s += o.s;
+    }
+};
+
+// The state of each aligned group of `width` lanes, every lane getting its group's (shuffle
+// trees: the largest m, then the counts and sums raised to it).
+template <typename C> __device__ inline MCS<C> group_merge(MCS<C> s, int width) {
+    s.raise(group_reduce(s.m, width, MaxOp()));
+    s.c = group_reduce(s.c, width, SumOp());
+    s.s = group_reduce(s.s, width, SumOp());
+    return s;
+}
+
+// The block's state on every thread: each warp's by shuffles, then warp 0's lanes take the
+// warps' through `sh` (3 * 32 doubles); two barriers, so `sh` may be used again at once.
+template <typename C> __device__ inline MCS<C> block_merge(MCS<C> s, double* sh) {
+    s = group_merge(s, 32);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sh[3 * warp] = double(s.m);
+        sh[3 * warp + 1] = s.c;
+        sh[3 * warp + 2] = s.s;
+    }
+    __syncthreads();
+    s = lane < int(blockDim.x >> 5) ? MCS<C>{C(sh[3 * lane]), sh[3 * lane + 1], sh[3 * lane + 2]}
+                                   : MCS<C>::identity();
+    s = group_merge(s, 32);  // every warp alike: the same bits on every thread
+    __syncthreads();
+    return s;
+}
+
+// States in the workspace (written and read through L2: other blocks read them).
+template <typename C> __device__ inline void put_mcs(double* p, const MCS<C>& s) {
+    __stcg(p, double(s.m));
+    __stcg(p + 1, s.c);
+    __stcg(p + 2, s.s);
+}
+template <typename C> __device__ inline MCS<C> get_mcs(const double* p) {
+    return MCS<C>{C(__ldcg(p)), __ldcg(p + 1), __ldcg(p + 2)};
+}
+
+// Ep's value of a state, stored at y[i].
+template <class Ep, typename T, typename C> __device__ inline void put_value(T* y, long long i, const MCS<C>& s) {
+    bits(y)[i] = Traits<T>::out(C(Ep::value(s.m, s.c, s.s)));
+}
+
+// This thread's packs of the n elements at xr: c0, c0 + step, ... (REDUCE_BATCH loads in flight;
+// -inf past n), pushed into s as Ld loads them.
+template <class Ld, typename T, int V, typename I>
+__device__ inline void push_run(const T* xr, I n, I c0, I step, MCS<compute_t<T>>& s) {
+    using C = compute_t<T>;
+    for (I c = c0; c < n; c += REDUCE_BATCH * step) {
+        word_t<T, V> w[REDUCE_BATCH];
+#pragma unroll
+        for (int b = 0; b < REDUCE_BATCH; ++b) w[b] = load_row_word<T, V>(xr, c + b * step, n, neg_inf<C>());
+#pragma unroll
+        for (int b = 0; b < REDUCE_BATCH; ++b) {
+            C v[V];
+            unpack_word<T, V>(w[b], v);
+            Ld::load(v);
+            s.push_pack(v);
+        }
+    }
+}
+
+// Rows of n elements (row r at x + r * ldx), each by an aligned group of W lanes; a warp takes
+// 32 / W rows at a time (rows past the end: the last row again, not written), so every lane runs
+// the same iterations and the shuffles stay converged.
+template <class Ld, class Ep, typename T, int V, int W>
+__global__ void __launch_bounds__(REDUCE_THREADS)
+    reduce_lanes(const T* x, T* y, long long rows, int n, long long ldx) {
+    using C = compute_t<T>;
+    constexpr int G = 32 / W;  // rows a warp at a time
+    const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const long long stride = (long long)gridDim.x * blockDim.x / 32 * G;
+    for (long long first = warp * G; first < rows; first += stride) {
+        const long long row = min(first + group, rows - 1);
+        MCS<C> s = MCS<C>::identity();
+        push_run<Ld, T, V>(x + row * ldx, n, sub * V, W * V, s);
+        s = group_merge(s, W);
+        if (sub == 0 && first + group < rows) put_value<Ep>(y, row, s);
+    }
+}
+
+// The head of a reduce workspace (zeroed before the launch): a count of chunks done per line;
+// then the partial states, 3 doubles each, [line][chunk][column].
+struct ReduceWork {
+    unsigned* count;
+    double* part;
+    __device__ ReduceWork(void* base, long long lines) {
+        count = static_cast<unsigned*>(base);
+        part = reinterpret_cast<double*>(static_cast<char*>(base) + (4 * lines + 7) / 8 * 8);
+    }
+};
+
+// After thread 0 published a chunk's partial: counts it; true, on every thread, where that made
+// the line's chunks all counted (this block then merges the line). `flag`: shared.
+__device__ inline bool count_chunk(unsigned* count, long long chunks, int* flag) {
+    if (threadIdx.x == 0) {
+        __threadfence();  // the partial before the count
+        *flag = atomicAdd(count, 1u) == unsigned(chunks - 1);
+    }
+    __syncthreads();
+    const bool last = *flag;
+    if (last) __threadfence();  // the other blocks' partials are seen after their counts
+    __syncthreads();  // flag is written again only after this
+    return last;
+}
+
+// Rows of n elements in chunks of `chunk` (a multiple of V): blocks take (row, chunk) items t,
+// t + gridDim.x, ...; a row of one chunk is written by its block at once, else each chunk's
+// state goes to the workspace, and the block that counts a row's last chunk merges the row's
+// states (threads strided over the chunks in order, then the block merge: a fixed order).
+template <class Ld, class Ep, typename T, int V>
+__global__ void __launch_bounds__(REDUCE_THREADS)
+    reduce_chunks(const T* x, T* y, void* work, long long rows, long long n, long long ldx,
+                  long long chunk, long long chunks) {
+    using C = compute_t<T>;
+    __shared__ double sh[3 * 32];
+    __shared__ int flag;
+    const ReduceWork ws(work, rows);
+    for (long long t = blockIdx.x; t < rows * chunks; t += gridDim.x) {
+        const long long row = t / chunks, k = t % chunks, begin = k * chunk;
+        const int len = int(min(chunk, n - begin));
+        MCS<C> s = MCS<C>::identity();
+        push_run<Ld, T, V>(x + row * ldx + begin, len, int(threadIdx.x) * V, REDUCE_THREADS * V, s);
+        s = block_merge(s, sh);
+        if (chunks == 1) {
+            if (threadIdx.x == 0) put_value<Ep>(y, row, s);
+            continue;
+        }
+        double* parts = ws.part + 3 * row * chunks;
+        if (threadIdx.x == 0) put_mcs(parts + 3 * k, s);
+        if (!count_chunk(ws.count + row, chunks, &flag)) continue;
+        MCS<C> r = MCS<C>::identity();
+        for (long long j = threadIdx.x; j < chunks; j += blockDim.x) r.merge(get_mcs<C>(parts + 3 * j));
+        r = block_merge(r, sh);
+        if (threadIdx.x == 0) put_value<Ep>(y, row, r);
+    }
+}
+
+// A strided reduced axis: element (o, k, i) at x + o * xso + k * xsn + i, i < inner contiguous;
+// V divides inner, xso, xsn and x's alignment, so a pack is wholly inside the axis or past it.
+// A block's threads are `width` packs of a strip of width * V columns by lanes = blockDim.x /
+// width steps; items (line = (o, strip), chunk of `chunk` steps) t, t + gridDim.x, ... Each
+// thread's V columns' states over its steps (REDUCE_BATCH steps a column pushed at once), merged
+// over the lanes in lane order; a line of one chunk is written at once, else as reduce_chunks.
+template <class Ld, class Ep, typename T, int V>
+__global__ void __launch_bounds__(REDUCE_THREADS)
+    reduce_columns(const T* x, T* y, void* work, long long outer, long long n, long long inner,
+                   long long xso, long long xsn, long long chunk, long long chunks, int width) {
+    using C = compute_t<T>;
+    __shared__ double red[3 * REDUCE_THREADS];
+    __shared__ int flag;
+    const int pack = threadIdx.x % width, lane = threadIdx.x / width, lanes = blockDim.x / width;
+    const int cols = width * V;
+    const long long strips = (inner + cols - 1) / cols, lines = outer * strips;
+    const ReduceWork ws(work, lines);
+    for (long long t = blockIdx.x; t < lines * chunks; t += gridDim.x) {
+        const long long line = t / chunks, k = t % chunks, o = line / strips;
+        const long long col0 = line % strips * cols, col = col0 + (long long)pack * V;
+        const long long k0 = k * chunk, k1 = min(n, k0 + chunk);
+        MCS<C> s[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) s[j] = MCS<C>::identity();
+        if (col < inner) {
+            const T* xo = x + o * xso + col;
+            for (long long q = k0 + lane; q < k1; q += REDUCE_BATCH * lanes) {
+                Pack<T, V> p[REDUCE_BATCH];
+#pragma unroll
+                for (int b = 0; b < REDUCE_BATCH; ++b) {
+                    const long long step = q + b * lanes;
+                    if (step < k1) {
+                        p[b] = load_pack<T, V>(xo + step * xsn);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) p[b].v[j] = Traits<T>::out(neg_inf<C>());
+                    }
+                }
+                C w[V][REDUCE_BATCH];  // column j at the batch's steps
+#pragma unroll
+                for (int b = 0; b < REDUCE_BATCH; ++b) {
+                    C v[V];
+                    unpack(p[b], v);
+                    Ld::load(v);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) w[j][b] = v[j];
+                }
+#pragma unroll
+                for (int j = 0; j < V; ++j) s[j].push_pack(w[j]);
+            }
+        }
+        // Over the lanes, column by column: lane 0 of each pack merges lanes 1, 2, ... in order.
+        double* parts = ws.part + 3 * line * chunks * cols;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            red[3 * threadIdx.x] = double(s[j].m);
+            red[3 * threadIdx.x + 1] = s[j].c;
+            red[3 * threadIdx.x + 2] = s[j].s;
+            __syncthreads();
+            if (lane == 0) {
+                for (int l = 1; l < lanes; ++l) {
+                    const double* r = red + 3 * (l * width + pack);
+                    s[j].merge(MCS<C>{C(r[0]), r[1], r[2]});
+                }
+                if (chunks == 1) {
+                    if (col + j < inner) put_value<Ep>(y, o * inner + col + j, s[j]);
+                } else {
+                    put_mcs(parts + 3 * (k * cols + pack * V + j), s[j]);
+                }
+            }
+            __syncthreads();
+        }
+        if (chunks == 1) continue;
+        if (lane == 0) __threadfence();  // this thread's partials before the block's count
+        __syncthreads();
+        if (!count_chunk(ws.count + line, chunks, &flag)) continue;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {  // the line's merge, in chunk order
+            if (col0 + c >= inner) continue;
+            MCS<C> r = MCS<C>::identity();
+            for (long long q = 0; q < chunks; ++q) r.merge(get_mcs<C>(parts + 3 * (q * cols + c)));
+            put_value<Ep>(y, o * inner + col0 + c, r);
+        }
+    }
+}
+
+}  // namespace csm
