@@ -166,10 +166,10 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     return out
 
 
-def fused(c: "Call", out, method, op: str):
+def fused(c: "Call", out, method, op: str, remember=None):
     """`op` of a prepared GPU call by its fused kernel (``planning.FUSED_TYPES[op]`` holds the
-    call's dtype): the result in the caller's framework, or `out`."""
-    y = _gpu(c.array, c.axes, c.out, c.dtype, method, op=op)
+    call's dtype): the result in the caller's framework, or `out`. ``remember``: as ``_gpu``."""
+    y = _gpu(c.array, c.axes, c.out, c.dtype, method, remember if out is None else None, op)
     return out if c.out is not None else c.src.wrap(y)
 
 
@@ -283,15 +283,15 @@ def _elem_strides(a) -> tuple[int, ...]:
     return tuple(s // a.itemsize for s in a.strides)
 
 
-def _fast_key(x, axis):
+def _fast_key(x, axis, op="softmax"):
     # The axis's type (its items' in a tuple) is part of the key: True == 1.0 == 1 as dict keys,
     # and axis=True or 1.0 must reach the general path's TypeError.
     kind = tuple(map(type, axis)) if type(axis) is tuple else type(axis)
     mem = x.data
-    return (x.shape, x.strides, x.dtype, axis, kind, mem.ptr & 15, mem.device_id, _device())
+    return (x.shape, x.strides, x.dtype, axis, kind, mem.ptr & 15, mem.device_id, _device(), op)
 
 
-def _remember(x, axis, run) -> None:
+def _remember(x, axis, run, op) -> None:
     """Keep ``run`` for later calls like this one (a C-contiguous input on the current device
     gives a C-contiguous result, as cupy.empty makes it)."""
     global _fast_type, _device
@@ -299,7 +299,21 @@ def _remember(x, axis, run) -> None:
 
     _fast_type, _device = cupy.ndarray, cupy.cuda.runtime.getDevice
     if len(_fast) < 4096 and x.flags.c_contiguous and x.device.id == _device():
-        _fast[_fast_key(x, axis)] = (planning.active(), run)
+        _fast[_fast_key(x, axis, op)] = (planning.active(), run)
+
+
+def fast_call(x, axis, op):
+    """`op` of a CuPy array by a call remembered from an earlier one like it, or None (the
+    caller has checked that x is a cupy.ndarray and that no other argument is given)."""
+    try:
+        hit = _fast.get(_fast_key(x, axis, op))
+    except TypeError:  # an unhashable axis (a list): the general path says what is wrong
+        return None
+    if hit is None or hit[0] is not planning.active():  # else planned again under this one
+        return None
+    y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
+    hit[1](x, y)
+    return y
 
 
 @lru_cache(maxsize=4096)
@@ -338,7 +352,7 @@ def _gpu(x, axes, out, dtype, method, remember=None, op="softmax"):
         else:
             run(x, y)
             if remember is not None and remember[0] is x and method is None:
-                _remember(x, remember[1], run)
+                _remember(x, remember[1], run, op)
         if out is not None and y is not out:
             out[...] = y
         return y

@@ -118,12 +118,13 @@ def _finish(c: _api.Call, out, y):
     return out if out is not None else c.src.wrap(y)
 
 
-def forward(op: str, c: _api.Call, out, where, scale, method):
+def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
-    sends here what its kernels do not take)."""
+    sends here what its kernels do not take). ``remember``: (x, axis) as the caller gave them,
+    for the fast path of later calls."""
     if (c.src.on_gpu and where is None and scale is None
             and c.dtype.name in planning.FUSED_TYPES.get(op, ())):
-        return _api.fused(c, out, method, op)
+        return _api.fused(c, out, method, op, remember)
     _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
                else f"{op} with where= or scale=")
     w, s = _where(where, c), _scale(scale, c)
@@ -194,11 +195,16 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     >>> cusoftmax.log_softmax(np.array([0.0, -50.0]))
     array([-1.92874985e-22, -5.00000000e+01])
     """
+    if type(x) is _api._fast_type and out is None and method is None and where is None \
+            and scale is None:
+        y = _api.fast_call(x, axis, "log_softmax")
+        if y is not None:
+            return y
     if _arrays.is_dask(x, where, scale):
         return _arrays.dask_call("log_softmax", x, axis, where=where, scale=scale, out=out,
                                  method=method)
     return forward("log_softmax", _api.prepare(x, axis, out, method, "log_softmax"), out,
-                   where, scale, method)
+                   where, scale, method, remember=(x, axis))
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,

@@ -75,16 +75,16 @@ struct LogSoftmax {
     }
 };
 
-// Reductions (reduce.cu) take an op with `acc_t value(C m, acc_t c, acc_t s)`: a slice's value
+// Reductions (reduce.cu) take an op with `C value(C m, acc_t c, acc_t s)`: a slice's value
 // from its max m, the count c of its elements equal to m and the sum s of exp(x - m) over the
 // others.
 
-// log(sum(exp(x))) = m + log(c) + log1p(s / c): c = 1 leaves log1p(s), exact however small s is.
-// As SciPy's logsumexp: a slice holding NaN gives NaN (s is NaN), +inf gives +inf (m), all -inf
-// gives -inf.
+// log(sum(exp(x))) = m + log(c) + log1p(s / c): c = 1 leaves log1p(s), exact however small s is
+// (in the compute type: float results need no double logarithm). As SciPy's logsumexp: a slice
+// holding NaN gives NaN (s is NaN), +inf gives +inf (m), all -inf gives -inf.
 struct LogSumExp {
-    template <typename C> __device__ static acc_t value(C m, acc_t c, acc_t s) {
-        return acc_t(m) + (log(c) + log1p(s / c));
+    template <typename C> __device__ static C value(C m, acc_t c, acc_t s) {
+        return m + (log(C(c)) + log1p(C(s) / C(c)));
     }
 };
 

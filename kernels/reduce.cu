@@ -2,7 +2,8 @@
 // nothing held on chip but each thread's running state.
 //
 //   kernel (after Ld, Ep)        a slice by                       used for
-//   reduce_lanes<T, V, W>        W lanes of a warp (W <= 32)      rows of up to a few thousand
+//   reduce_lanes<T, V, W, P, R>  W lanes of a warp (W <= 32), P   rows of up to 32 * P * V
+//                                packs a lane, R rows a group     elements
 //   reduce_chunks<T, V>          blocks, a chunk each, merged     longer rows, any length
 //                                through the workspace
 //   reduce_columns<T, V>         a strip of columns a block,      a strided reduced axis
@@ -24,7 +25,11 @@
 namespace csm {
 
 constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
-constexpr int REDUCE_BATCH = 4;  // packs (steps) a thread loads before it uses any
+constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it uses any
+constexpr int COLUMN_STEPS = 4;  // steps of a strided axis a thread loads before it uses any
+// Blocks an SM by the launch bounds: half of 2048 threads (64 registers a thread), a quarter for
+// double (128: its exp, log and log1p spilled at 64, ptxas sm_90).
+template <typename T> constexpr int REDUCE_BLOCKS = 2048 / REDUCE_THREADS / (sizeof(T) == 8 ? 4 : 2);
 static_assert(REDUCE_THREADS % 32 == 0 && REDUCE_THREADS <= 1024, "whole warps, one block");
 
 // (m, c, s), identity (-inf, 0, 0). fmax ignores NaN, so a NaN element goes to s and makes it
@@ -35,27 +40,29 @@ template <typename C> struct MCS {
     acc_t c, s;
     __device__ static MCS identity() { return {neg_inf<C>(), 0.0, 0.0}; }
     // Against a max top >= m: every element so far goes to s, times exp(m - top) (0 where m is
-    // -inf, or top is +inf and m is not).
+    // -inf, or top is +inf and m is not), taken in the compute type: a float factor errs by
+    // 2^-22 and drops what lies below 2^-126 of the max's term, inside float types' bounds.
     __device__ void raise(C top) {
         if (top != m) {
-            s = (s + c) * exp(acc_t(m) - acc_t(top));
+            s = (s + c) * acc_t(fast_exp(m - top));
             c = 0;
             m = top;
         }
     }
-    template <int V> __device__ void push_pack(const C (&v)[V]) {
+    // Adds the elements that each(f) passes to f, one at a time, walked twice: one raise to
+    // their max, then their counts and terms, summed in the compute type (at most 64 terms
+    // below 1) and added to c and s once.
+    template <typename Each> __device__ void push(Each&& each) {
         C top = m;
-#pragma unroll
-        for (int j = 0; j < V; ++j) top = fmax(top, v[j]);
+        each([&](C v) { top = fmax(top, v); });
         raise(top);
         C cs = 0, ss = 0;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-            if (v[j] == m)
-                cs += C(1);
-            else
-                ss += fast_exp(v[j] - m);
-        }
+        each([&](C v) {  // selects, no branch: exp(x - m) of x = m is dropped
+            const bool at = v == m;
+            const C e = fast_exp(v - m);
+            cs += at ? C(1) : C(0);
+            ss += at ? C(0) : e;
+        });
         c += acc_t(cs);
         s += acc_t(ss);
     }
@@ -107,45 +114,81 @@ template <typename C> __device__ inline MCS<C> get_mcs(const double* p) {
 
 // Ep's value of a state, stored at y[i].
 template <class Ep, typename T, typename C> __device__ inline void put_value(T* y, long long i, const MCS<C>& s) {
-    bits(y)[i] = Traits<T>::out(C(Ep::value(s.m, s.c, s.s)));
+    bits(y)[i] = Traits<T>::out(Ep::value(s.m, s.c, s.s));
 }
 
-// This thread's packs of the n elements at xr: c0, c0 + step, ... (REDUCE_BATCH loads in flight;
-// -inf past n), pushed into s as Ld loads them.
-template <class Ld, typename T, int V, typename I>
-__device__ inline void push_run(const T* xr, I n, I c0, I step, MCS<compute_t<T>>& s) {
+// A walk of P packs' words for MCS::push: each value as Ld loads it (unpacked at each walk, so
+// only the words are held).
+template <class Ld, typename T, int V, int P> struct Words {
+    const word_t<T, V> (&w)[P];
+    template <typename F> __device__ void operator()(F&& f) const {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            compute_t<T> u[V];
+            unpack_word<T, V>(w[p], u);
+            Ld::load(u);
+#pragma unroll
+            for (int j = 0; j < V; ++j) f(u[j]);
+        }
+    }
+};
+template <class Ld, typename T, int V, int P> __device__ inline Words<Ld, T, V, P> words(const word_t<T, V> (&w)[P]) {
+    return {w};
+}
+
+// This thread's packs of the n elements at xr: c0, c0 + step, ..., REDUCE_BATCH loaded before
+// any is pushed (-inf past n).
+template <class Ld, typename T, int V>
+__device__ inline void push_run(const T* xr, int n, int c0, int step, MCS<compute_t<T>>& s) {
     using C = compute_t<T>;
-    for (I c = c0; c < n; c += REDUCE_BATCH * step) {
+    for (int c = c0; c < n; c += REDUCE_BATCH * step) {
         word_t<T, V> w[REDUCE_BATCH];
 #pragma unroll
         for (int b = 0; b < REDUCE_BATCH; ++b) w[b] = load_row_word<T, V>(xr, c + b * step, n, neg_inf<C>());
-#pragma unroll
-        for (int b = 0; b < REDUCE_BATCH; ++b) {
-            C v[V];
-            unpack_word<T, V>(w[b], v);
-            Ld::load(v);
-            s.push_pack(v);
-        }
+        s.push(words<Ld, T, V>(w));
     }
 }
 
-// Rows of n elements (row r at x + r * ldx), each by an aligned group of W lanes; a warp takes
-// 32 / W rows at a time (rows past the end: the last row again, not written), so every lane runs
-// the same iterations and the shuffles stay converged.
-template <class Ld, class Ep, typename T, int V, int W>
-__global__ void __launch_bounds__(REDUCE_THREADS)
+// Rows of n <= W * P * V elements (row r at x + r * ldx), each by an aligned group of W lanes
+// holding P packs a lane; a group takes R rows at a time (a warp 32 / W * R), and loads the
+// next iteration's packs, as words, before it reduces this one's, so loads stay in flight. Rows
+// past the end: the last row again, not written; every lane runs the same iterations, so the
+// shuffles stay converged. A lane's values are all held: their max first, then their terms, so
+// no raise but the group merge's.
+template <class Ld, class Ep, typename T, int V, int W, int P, int R>
+__global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_lanes(const T* x, T* y, long long rows, int n, long long ldx) {
     using C = compute_t<T>;
-    constexpr int G = 32 / W;  // rows a warp at a time
+    constexpr int G = 32 / W;  // groups a warp
     const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const long long stride = (long long)gridDim.x * blockDim.x / 32 * G;
-    for (long long first = warp * G; first < rows; first += stride) {
-        const long long row = min(first + group, rows - 1);
-        MCS<C> s = MCS<C>::identity();
-        push_run<Ld, T, V>(x + row * ldx, n, sub * V, W * V, s);
-        s = group_merge(s, W);
-        if (sub == 0 && first + group < rows) put_value<Ep>(y, row, s);
+    const long long stride = (long long)gridDim.x * blockDim.x / 32 * G * R;
+    auto row_of = [&](long long first, int r) { return min(first + (long long)r * G + group, rows - 1); };
+    auto load = [&](long long first, word_t<T, V>(&raw)[R][P]) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const T* xr = x + row_of(first, r) * ldx;
+#pragma unroll
+            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, (p * W + sub) * V, n, neg_inf<C>());
+        }
+    };
+    word_t<T, V> raw[R][P], next[R][P];
+    long long first = warp * G * R;
+    if (first < rows) load(first, raw);
+    for (; first < rows; first += stride) {
+        load(first + stride, next);  // past the end: the last row again, unused
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            MCS<C> s = MCS<C>::identity();
+            s.push(words<Ld, T, V>(raw[r]));
+            s = group_merge(s, W);
+            const long long row = first + (long long)r * G + group;
+            if (sub == 0 && row < rows) put_value<Ep>(y, row, s);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int p = 0; p < P; ++p) raw[r][p] = next[r][p];
     }
 }
 
@@ -179,7 +222,7 @@ __device__ inline bool count_chunk(unsigned* count, long long chunks, int* flag)
 // state goes to the workspace, and the block that counts a row's last chunk merges the row's
 // states (threads strided over the chunks in order, then the block merge: a fixed order).
 template <class Ld, class Ep, typename T, int V>
-__global__ void __launch_bounds__(REDUCE_THREADS)
+__global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_chunks(const T* x, T* y, void* work, long long rows, long long n, long long ldx,
                   long long chunk, long long chunks) {
     using C = compute_t<T>;
@@ -210,10 +253,10 @@ __global__ void __launch_bounds__(REDUCE_THREADS)
 // V divides inner, xso, xsn and x's alignment, so a pack is wholly inside the axis or past it.
 // A block's threads are `width` packs of a strip of width * V columns by lanes = blockDim.x /
 // width steps; items (line = (o, strip), chunk of `chunk` steps) t, t + gridDim.x, ... Each
-// thread's V columns' states over its steps (REDUCE_BATCH steps a column pushed at once), merged
+// thread's V columns' states over its steps (COLUMN_STEPS steps a column pushed at once), merged
 // over the lanes in lane order; a line of one chunk is written at once, else as reduce_chunks.
 template <class Ld, class Ep, typename T, int V>
-__global__ void __launch_bounds__(REDUCE_THREADS)
+__global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_columns(const T* x, T* y, void* work, long long outer, long long n, long long inner,
                    long long xso, long long xsn, long long chunk, long long chunks, int width) {
     using C = compute_t<T>;
@@ -232,10 +275,10 @@ __global__ void __launch_bounds__(REDUCE_THREADS)
         for (int j = 0; j < V; ++j) s[j] = MCS<C>::identity();
         if (col < inner) {
             const T* xo = x + o * xso + col;
-            for (long long q = k0 + lane; q < k1; q += REDUCE_BATCH * lanes) {
-                Pack<T, V> p[REDUCE_BATCH];
+            for (long long q = k0 + lane; q < k1; q += COLUMN_STEPS * lanes) {
+                Pack<T, V> p[COLUMN_STEPS];
 #pragma unroll
-                for (int b = 0; b < REDUCE_BATCH; ++b) {
+                for (int b = 0; b < COLUMN_STEPS; ++b) {
                     const long long step = q + b * lanes;
                     if (step < k1) {
                         p[b] = load_pack<T, V>(xo + step * xsn);
@@ -244,9 +287,9 @@ __global__ void __launch_bounds__(REDUCE_THREADS)
                         for (int j = 0; j < V; ++j) p[b].v[j] = Traits<T>::out(neg_inf<C>());
                     }
                 }
-                C w[V][REDUCE_BATCH];  // column j at the batch's steps
+                C w[V][COLUMN_STEPS];  // column j at the batch's steps
 #pragma unroll
-                for (int b = 0; b < REDUCE_BATCH; ++b) {
+                for (int b = 0; b < COLUMN_STEPS; ++b) {
                     C v[V];
                     unpack(p[b], v);
                     Ld::load(v);
@@ -254,7 +297,11 @@ __global__ void __launch_bounds__(REDUCE_THREADS)
                     for (int j = 0; j < V; ++j) w[j][b] = v[j];
                 }
 #pragma unroll
-                for (int j = 0; j < V; ++j) s[j].push_pack(w[j]);
+                for (int j = 0; j < V; ++j)
+                    s[j].push([&](auto f) {
+#pragma unroll
+                        for (int b = 0; b < COLUMN_STEPS; ++b) f(w[j][b]);
+                    });
             }
         }
         // Over the lanes, column by column: lane 0 of each pack merges lanes 1, 2, ... in order.

@@ -623,8 +623,9 @@ def test_reduce_plans_cover_every_row_and_axis():
         return d.reduce_plan(Layout(r, n, 1, (n, 1), (n, 1)), itemsize, 0, H200, t)
 
     short = rows(2**20, 32)
-    assert short.kernel == "reduce_lanes" and short.template == (4, 2) and short.workspace() is None
-    assert rows(2**16, 1024).template == (4, 32)
+    assert short.kernel == "reduce_lanes" and short.template == (4, 8, 1, 2) and short.workspace() is None
+    assert rows(2**16, 512).template == (4, 32, 4, 1)
+    assert rows(2**16, 513).kernel == "reduce_chunks"
     for r, n in [(2**12, 8192), (1, 2**27), (3, 10**6 + 3), (64, 2**24)]:
         p = rows(r, n)
         assert p.kernel == "reduce_chunks" and p.chunk % p.vec == 0
@@ -637,7 +638,7 @@ def test_reduce_plans_cover_every_row_and_axis():
     assert rows(1, 2**27).chunks >= 2 * H200.sm_count  # one row spread over the GPU
     assert rows(2**12, 8192).chunks == 1
     col = d.reduce_plan(Layout(1, 4096, 16384, (0, 16384), (0, 16384)), 4, 0, H200, t)
-    assert col.kernel == "reduce_columns" and col.width == 32 and col.vec == 4
+    assert col.kernel == "reduce_columns" and col.width == 32 and col.vec == 2
     assert (col.chunks - 1) * col.chunk < 4096 <= col.chunks * col.chunk
     narrow = d.reduce_plan(Layout(10, 10**6, 3, (3 * 10**6, 3), (3 * 10**6, 3)), 4, 0, H200, t)
     assert narrow.vec == 1 and narrow.width == 4 and narrow.chunks > 1

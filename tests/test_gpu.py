@@ -676,3 +676,17 @@ def test_logsumexp_of_a_1e8_row_in_float32():
     got = float(cusoftmax.logsumexp(x))
     ref = float(cupy.asnumpy(cupy.log(cupy.exp(x.astype(cupy.float64)).sum())))
     assert abs(got - ref) <= 1e-6 * abs(ref)
+
+
+def test_fast_path_keeps_the_operations_apart():
+    """softmax and log_softmax of arrays alike take remembered launches keyed by the operation."""
+    from cusoftmax import _api
+
+    x = cupy.asarray(make_values(np.random.default_rng(8), (64, 300), np.dtype(np.float32)))
+    first = [cusoftmax.softmax(x), cusoftmax.log_softmax(x)]
+    assert _api._fast_key(x, -1, "softmax") in _api._fast
+    assert _api._fast_key(x, -1, "log_softmax") in _api._fast
+    again = [cusoftmax.log_softmax(x), cusoftmax.softmax(x)]
+    assert_same_bits(again[0], first[1])
+    assert_same_bits(again[1], first[0])
+    assert_log_softmax(again[0], x, -1)

@@ -2,7 +2,7 @@
 held but each thread's running state (kernels/reduce.cu). Its order of choice:
 
     kernel          layout            when
-    reduce_lanes    contiguous rows   a row in at most reduce_lane_max_packs packs a lane of a warp
+    reduce_lanes    contiguous rows   a row in a warp's lanes, at most reduce_lane_max_packs a lane
     reduce_chunks   contiguous rows   longer rows: a block a chunk, chunks merged in the workspace
     reduce_columns  a strided axis    any: strips of columns a block, the axis in chunks
 
@@ -38,10 +38,23 @@ def _workspace(lines, chunks, values):
 class LanesPlan(Plan):
     method = "reduce_lanes"
     lanes: int  # a row's lanes
+    packs: int  # packs a lane holds
+    at_once: int  # rows a lane group takes at a time
 
     @property
     def template(self):
-        return (self.vec, self.lanes)
+        return (self.vec, self.lanes, self.packs, self.at_once)
+
+
+def lanes_shape(packs, tuning):
+    """(lanes, packs a lane, rows at a time) of a row of `packs` packs: a lane a pack up to a
+    warp, then whole warps of up to reduce_lane_max_packs packs a lane (None past them); rows
+    at a time for reduce_lane_loads loads a lane in flight."""
+    if packs > 32 * tuning.reduce_lane_max_packs:
+        return None
+    lanes = min(32, pow2_at_least(packs))
+    per = pow2_at_least(math.ceil(packs / lanes))
+    return lanes, per, max(1, tuning.reduce_lane_loads // per)
 
     def args(self, layout):
         return (layout.outer, layout.n, layout.xs[0])
@@ -94,11 +107,11 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
     if layout.rows:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
-        packs = math.ceil(n / vec)
-        if packs <= 32 * t.reduce_lane_max_packs:
-            lanes = min(32, pow2_at_least(math.ceil(packs / t.reduce_lane_packs)))
-            grid = _grid(math.ceil(rows * lanes / threads), limits, t)
-            return LanesPlan(vec, grid, threads, 0, lanes=lanes)
+        shape = lanes_shape(math.ceil(n / vec), t)
+        if shape is not None:
+            lanes, per, at_once = shape
+            grid = _grid(math.ceil(rows * lanes / (threads * at_once)), limits, t)
+            return LanesPlan(vec, grid, threads, 0, lanes=lanes, packs=per, at_once=at_once)
         step = threads * vec  # elements a block's batch round covers, per pack a thread
         chunks = _chunks(n, rows, step * t.reduce_min_chunk_steps, t.reduce_max_chunk_bytes // itemsize,
                          limits, t)
@@ -121,10 +134,9 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
 def templates(itemsize, tuning):
     """Every (kernel, template arguments) of the family for one element size."""
     for vec in vecs(itemsize):
-        lanes = 1
-        while lanes <= 32:
-            yield "reduce_lanes", (vec, lanes)
-            lanes *= 2
+        shapes = {lanes_shape(packs, tuning) for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
+        for lanes, per, at_once in sorted(shapes):
+            yield "reduce_lanes", (vec, lanes, per, at_once)
         yield "reduce_chunks", (vec,)
         if vec <= tuning.reduce_columns_max_vec:
             yield "reduce_columns", (vec,)

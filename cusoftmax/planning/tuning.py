@@ -100,12 +100,12 @@ class Tuning:
     # reduce (each slice to one value: logsumexp)
     reduce_threads: int = 256  # (CUDA) threads a block of every reduce kernel [reduce-1]
     reduce_waves: int = 4  # full residencies at most; blocks loop over items [reduce-1]
-    reduce_lane_packs: int = 4  # packs a lane of a short row: one batch in flight [reduce-1]
-    reduce_lane_max_packs: int = 32  # longer rows go to blocks (chunks) [reduce-1]
+    reduce_lane_loads: int = 2  # packs a lane loads at a time (and as many ahead) [reduce-1]
+    reduce_lane_max_packs: int = 4  # longer rows go to blocks; 8 spilled (ptxas) [reduce-1]
     reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-1]
     reduce_min_chunk_steps: int = 4  # a chunk is at least 4 batch rounds of its block [reduce-1]
     reduce_max_chunk_bytes: int = 256 * 1024  # bytes a chunk of a row at most [reduce-1]
-    reduce_columns_max_vec: int = 4  # a thread's columns: V states of 5 registers [reduce-1]
+    reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled (ptxas) [reduce-1]
 
     def __hash__(self):
         # Worked out once: _api's fast path and the plan and kernel caches hash it at each call.
