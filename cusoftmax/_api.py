@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _arrays, _family, _host, _kernels, planning
 from .planning import METHODS
-from ._layout import collapse, normalize_axes
+from ._layout import Layout, collapse, normalize_axes
 
 # Float types kept by the result, by dtype name (ml_dtypes is not imported for them: an input
 # of its types comes from a caller that imported it). The kernels take GPU_FLOATS; the host
@@ -198,6 +198,40 @@ def reduced(c: "Call", op: str):
         if order != natural:
             y = cupy.ascontiguousarray(y.transpose([order.index(d) for d in natural]))
         return y.reshape(kept)
+
+
+def vjp_rows(c: "Call", g, op: str):
+    """dx of a backward pass (one of ``planning.VJPS``) of a prepared GPU call, `g` its dy in
+    the call's dtype, by the vjp kernels: a new C-contiguous CuPy array, or None where the vjp
+    plan leaves it to array operations (few long rows). The reduced axes are made the last and
+    contiguous first where they are not."""
+    import cupy
+
+    y = c.array.astype(c.dtype, copy=False)
+    nd, axes = y.ndim, c.axes
+    last = tuple(range(nd - len(axes), nd))
+    n = math.prod(y.shape[a] for a in axes)
+    rows = y.size // n if n else 0
+    with y.device:
+        if rows == 0:
+            return cupy.empty(y.shape, dtype=c.dtype)
+
+        def rows_of(a):
+            a = a if axes == last else cupy.moveaxis(a, axes, last)
+            return cupy.ascontiguousarray(a)
+
+        yt, gt = rows_of(y), rows_of(g)
+        dxt = cupy.empty_like(yt)
+        tuning = planning.active()
+        addresses = tuple(a.data.ptr % 16 for a in (yt, gt, dxt))
+        plan = planning.vjp_plan(rows, n, y.itemsize, addresses,
+                                 planning.device_limits(y.device.id), tuning)
+        if plan is None:
+            return None
+        plan = dataclasses.replace(plan, ops=planning.ops_of(op))
+        layout = Layout(rows, n, 1, (n, 1), (n, 1))
+        _kernels.bind(plan, layout, y.dtype.name, y.device.id, tuning)(yt, gt, dxt)
+        return dxt if axes == last else cupy.moveaxis(dxt, last, axes)
 
 
 def _reducer(x, axes, op):

@@ -1,9 +1,10 @@
 """The softmax family beyond plain softmax: log_softmax, logsumexp, the two VJPs, and softmax
 with ``where=`` or ``scale=``; the argument rules of `where`, `scale`, `b` and `dy`, written once.
 
-Host arrays are computed by ``_composed`` with NumPy. GPU arrays: log_softmax without `where` and
-`scale` by the fused kernels (``planning.FUSED_TYPES``), the rest by ``_composed`` with CuPy
-(array operations on the current stream).
+Host arrays are computed by ``_composed`` with NumPy. GPU arrays without `where`, `scale` and `b`
+by the kernels (``planning.FUSED_TYPES``: log_softmax by softmax's, logsumexp by the reduce
+family, the VJPs by the vjp family); the rest by ``_composed`` with CuPy (array operations on the
+current stream).
 """
 
 from __future__ import annotations
@@ -322,6 +323,13 @@ def _vjp(y, dy, axis, where, out, log: bool, op: str):
     g, w = _grad(dy, c), _where(where, c)
     xp = _xp(c)
     with _on_device(c):
+        if c.src.on_gpu and w is None and c.dtype.name in planning.FUSED_TYPES[op]:
+            dx = _api.vjp_rows(c, g, op)  # None: few long rows, left to array operations
+            if dx is not None:
+                if c.out is None:
+                    return c.src.wrap(dx)
+                c.out[...] = dx
+                return out
         yy = c.array.astype(c.dtype, copy=False)
         total = C.vjp_sum(xp, yy, g, c.axes, where=w, log=log)
         dx = C.vjp(xp, yy, g, total, where=w, log=log, out=c.out)
@@ -363,8 +371,11 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
 
     Notes
     -----
-    Sums accumulate in float64 (half types and float32 compute in float32). On the GPU this
-    runs as array operations on CuPy's current stream until a fused kernel takes it.
+    Sums accumulate in float64 (half types and float32 compute in float32; on the GPU, float32
+    sums within a few packs of a thread, then float64). On the GPU without `where`, one kernel
+    reads `y` and `dy` once and writes dx where a slice fits a warp's lanes, and reads them
+    twice for longer slices (the second time from L2 where it still holds them); fewer such
+    slices than two an SM, and `where`, run as array operations on CuPy's current stream.
     """
 
 

@@ -27,6 +27,8 @@ FILES = {
     "reduce_lanes": "reduce.cu",
     "reduce_chunks": "reduce.cu",
     "reduce_columns": "reduce.cu",
+    "vjp_lanes": "vjp.cu",
+    "vjp_block": "vjp.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 LANGUAGE = ("-std=c++17",)
@@ -104,10 +106,11 @@ def _bound(plan, dtype_name, device_id, tuning):
 
 
 def _launcher(plan, fn, tail):
-    """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y on the current
-    stream through the driver, with their device addresses followed by the fixed integer
-    arguments ``tail``; the plan's workspace, if any, is allocated, its head zeroed on the same
-    stream, and passed after y. Every argument has an 8-byte slot (an int parameter
+    """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y (``plan.inputs``
+    inputs, then the output: ``run(y, dy, dx)`` for a backward pass) on the current stream
+    through the driver, with their device addresses followed by the fixed integer arguments
+    ``tail``; the plan's workspace, if any, is allocated, its head zeroed on the same stream,
+    and passed after the output. Every argument has an 8-byte slot (an int parameter
     reads the low 4 bytes, little-endian), packed once per thread; a call writes only the
     addresses. This costs about the driver's launch alone, where a RawKernel call converts each
     argument again (tools/host_launch.py measures both). A cooperative plan has every block
@@ -120,7 +123,8 @@ def _launcher(plan, fn, tail):
     ptr, grid, block, smem = fn.kernel.ptr, plan.grid, plan.block, plan.smem
     cooperative, workspace = plan.cooperative, plan.workspace()
     current_stream = cupy.cuda.get_current_stream
-    pointers = 2 if workspace is None else 3
+    arrays = plan.inputs + 1
+    pointers = arrays + (workspace is not None)
     n = pointers + len(tail)
     per_thread = threading.local()  # a slot buffer is written and read by one launch at a time
 
@@ -136,23 +140,21 @@ def _launcher(plan, fn, tail):
     launch_kernel = driver.launchCooperativeKernel if cooperative else driver.launchKernel
     extra = () if cooperative else (0,)  # the cooperative launch takes no `extra`
 
-    def run(x, y, work=None):
+    def run(*given):
         buf, params, _ = getattr(per_thread, "buf", None) or slots()
-        buf[0] = x.data.ptr
-        buf[1] = y.data.ptr
-        if work is not None:
-            buf[2] = work.data.ptr
+        for i, a in enumerate(given):  # the arrays, then the workspace
+            buf[i] = a.data.ptr
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
     if workspace is None:
         return run
     nbytes, zeroed = workspace
 
-    def run_two_pass(x, y):
+    def run_two_pass(*given):
         work = cupy.empty(nbytes, dtype=np.uint8)
         if zeroed:
             work.data.memset_async(0, zeroed)  # on the current stream, as the launch
-        run(x, y, work)
+        run(*given, work)
 
     return run_two_pass
 

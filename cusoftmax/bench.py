@@ -13,7 +13,10 @@ timed; a peer outside cusoftmax's accuracy bound is timed and marked '*'.
 ``--op log_softmax`` times log_softmax the same way, against the peers' log_softmax and our own
 softmax in the same run (column "vs softmax": our softmax's time over our log_softmax's).
 ``--op logsumexp`` times logsumexp, GB/s counting one read of the tensor (its fraction of copy:
-bytes read over time against the copy's GB/s).
+bytes read over time against the copy's GB/s). ``--op softmax_vjp`` and ``--op log_softmax_vjp``
+time the backward passes on y (our forward's output) and a random dy, GB/s counting y and dy read
+and dx written, against torch's ``_softmax_backward_data`` (``_log_softmax_backward_data``) and
+``jax.vjp`` of the forward under ``jit`` (which runs the forward too, from x).
 
 ``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
 clock, the two taken in turn, each timed call after an untimed one of its own (median of the
@@ -43,8 +46,9 @@ AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguo
 LONG_ROWS = [2**24, 2**27]  # float32, one row each
 # Operations named alike in cusoftmax, cupyx.scipy.special, torch and jax.nn, and the passes
 # over the tensor each needs at least (GB/s counts them): a read and a write, or a read alone.
-BENCH_OPS = ("softmax", "log_softmax", "logsumexp")
-PASSES = {"softmax": 2, "log_softmax": 2, "logsumexp": 1}
+BENCH_OPS = ("softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp")
+PASSES = {"softmax": 2, "log_softmax": 2, "logsumexp": 1, "softmax_vjp": 3, "log_softmax_vjp": 3}
+VJPS = {"softmax_vjp": "softmax", "log_softmax_vjp": "log_softmax"}  # backward pass: its forward
 
 
 def _int_expr(text: str) -> int:
@@ -133,10 +137,22 @@ class Timer:
         return statistics.median(times)
 
 
-def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax"):
-    """Sampled slices of y against a float64 softmax (log_softmax, logsumexp) of the same input."""
-    from ._accuracy import LOG_TOLERANCE, TOLERANCE, violations
+def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax", dy=None):
+    """Sampled slices of y against a float64 softmax (log_softmax, logsumexp) of the same input;
+    for a backward pass, y is dx, x the forward's output and dy the gradient."""
+    from ._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations
 
+    if op in VJPS:
+        y64, g64 = (cupy.moveaxis(a, axis, -1).astype(cupy.float64) for a in (x, dy))
+        if op == "log_softmax_vjp":
+            total = g64.sum(axis=-1, keepdims=True)
+            ref, size = g64 - cupy.exp(y64) * total, cupy.abs(g64).max(axis=-1, keepdims=True) + cupy.abs(total)
+        else:
+            ref = y64 * (g64 - (y64 * g64).sum(axis=-1, keepdims=True))
+            size = cupy.abs(g64).max(axis=-1, keepdims=True) * cupy.abs(y64).max(axis=-1, keepdims=True)
+        got = cupy.moveaxis(y, axis, -1).astype(cupy.float64)
+        return violations(cupy.asnumpy(got), cupy.asnumpy(ref), dtype_name, VJP_TOLERANCE,
+                          of=cupy.asnumpy(cupy.broadcast_to(size, ref.shape)))
     if op == "logsumexp":
         x64 = cupy.moveaxis(x, axis, -1).astype(cupy.float64)
         m = x64.max(axis=-1)
@@ -155,6 +171,41 @@ def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax"):
         ref, table = e / e.sum(axis=-1, keepdims=True), TOLERANCE
     return violations(cupy.asnumpy(ys[pick].astype(cupy.float64)), cupy.asnumpy(ref), dtype_name,
                       table)
+
+
+def _vjp_peers(names, op, given):
+    """The backward pass's peers: factory(y, axis) as _peers', dy and the forward's x in
+    `given` (set for each case)."""
+    peers = {}
+    if "torch" in names:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                f_t = getattr(torch.ops.aten, f"_{VJPS[op]}_backward_data")
+
+                def tf(y, axis):
+                    ty, tg = torch.from_dlpack(y), torch.from_dlpack(given["dy"])
+                    return (lambda: f_t(tg, ty, axis % y.ndim, ty.dtype)), "events", None
+                peers["torch"] = tf
+        except ImportError:
+            pass
+    if "jax" in names:
+        try:
+            import jax
+            import jax.numpy as jnp
+
+            if jax.devices()[0].platform == "gpu":
+                forward = getattr(jax.nn, VJPS[op])
+
+                def jf(y, axis):
+                    jx, jg = jnp.from_dlpack(given["x"]), jnp.from_dlpack(given["dy"])
+                    f = jax.jit(lambda a, g: jax.vjp(lambda z: forward(z, axis=axis), a)[1](g)[0])
+                    return (lambda: f(jx, jg)), "wall", (lambda r: r.block_until_ready())
+                peers["jax"] = jf
+        except (ImportError, RuntimeError):
+            pass
+    return peers
 
 
 def _peers(names, cupy, op="softmax"):
@@ -298,17 +349,29 @@ def main(argv=None):
     timer = Timer(cupy, args.repeat or 30)
     op = args.op
     ours = getattr(cusoftmax, op)
-    peers = _peers(args.peers.split(","), cupy, op)
+    given = {}  # a backward pass's dy and forward input, per case
+    if op in VJPS:
+        peers = _vjp_peers(args.peers.split(","), op, given)
+        vjp = ours
+        ours = lambda y, axis: vjp(y, given["dy"], axis=axis)  # noqa: E731
+    else:
+        peers = _peers(args.peers.split(","), cupy, op)
     if op == "log_softmax":  # our own softmax, the speed the operation is held to
         peers["softmax"] = lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)
     cases = list(_cases(args))
     methods = [m for m in args.methods.split(",") if m]
+    if methods and op not in ("softmax", "log_softmax"):
+        sys.exit(f"--methods: the forced kernel families are softmax's and log_softmax's, not {op}'s")
     rows = []
     _progress(f"{name}: {op}, {len(cases)} cases, peers: {', '.join(peers) or 'none'}")
     for i, (dt_name, shape, axis) in enumerate(cases, 1):
         dt = _dtype(cupy, dt_name)
         _progress(f"[{i}/{len(cases)}] {dt_name} {shape[0]}x{shape[1]} axis {axis}")
         x = (cupy.random.default_rng(i).standard_normal(shape, dtype=cupy.float32) * 3).astype(dt)
+        if op in VJPS:  # the backward pass's input: the forward's output y, and dy
+            given["x"] = x
+            given["dy"] = cupy.random.default_rng(-i).standard_normal(shape, dtype=cupy.float32).astype(dt)
+            x = getattr(cusoftmax, VJPS[op])(x, axis=axis)
         nbytes = PASSES[op] * x.nbytes  # the operation's least traffic
         dst = cupy.empty_like(x)
         copy_us = timer.events(lambda: cupy.cuda.runtime.memcpyAsync(
@@ -329,7 +392,8 @@ def main(argv=None):
                 if sync:
                     sync(y)
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
-                bad = _reference_ok(cupy, x, y, axis, dt_name, "softmax" if impl == "softmax" else op)
+                bad = _reference_ok(cupy, x, y, axis, dt_name, "softmax" if impl == "softmax" else op,
+                                    given.get("dy"))
                 if bad and (impl == "cusoftmax" or impl.startswith(FORCED)):
                     row[f"{impl}_error"] = bad
                     _progress(f"    {impl}: WRONG RESULT, not timed: {bad}")
@@ -347,7 +411,7 @@ def main(argv=None):
         rows.append(row)
         del x, dst
         cupy.get_default_memory_pool().free_all_blocks()
-    overhead = _host_overhead(cupy, peers, op=op)
+    overhead = {} if op in VJPS else _host_overhead(cupy, peers, op=op)
     _report(rows, list(impls), overhead, name, Path(args.out), op)
     return 0
 

@@ -88,6 +88,21 @@ struct LogSumExp {
     }
 };
 
+// Backward passes (vjp.cu) take an op with `C term(C y, C g)`, whose sum over a slice is s,
+// and `C out(C y, C g, C s)`, an element's dx from its y, its dy (g) and the slice's s.
+
+// softmax's: dx = y * (dy - sum(y * dy)).
+struct SoftmaxVjp {
+    template <typename C> __device__ static C term(C y, C g) { return y * g; }
+    template <typename C> __device__ static C out(C y, C g, C s) { return y * (g - s); }
+};
+
+// log_softmax's, y its output: dx = dy - exp(y) * sum(dy).
+struct LogSoftmaxVjp {
+    template <typename C> __device__ static C term(C, C g) { return g; }
+    template <typename C> __device__ static C out(C y, C g, C s) { return g - fast_exp(y) * s; }
+};
+
 // An element's output from what a kernel kept of it: its term (Ep::TERMS) or its value.
 template <class Ep, typename C> __device__ inline C apply_kept(C v, C m, C k) {
     if constexpr (Ep::TERMS)

@@ -29,6 +29,7 @@ def _expressions(filename, arch):
         for dtype_name in dtypes:
             itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
             made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
+                    else planning.vjp_templates(itemsize) if op in planning.VJPS
                     else planning.templates(itemsize, clusters=arch >= "90"))
             for kernel, template in made:
                 if _kernels.FILES[kernel] == filename:

@@ -570,7 +570,8 @@ def test_name_expressions_take_the_load_and_epilogue():
     assert _kernels.name_expression("online", "bfloat16", (8,)) == \
         "csm::online<csm::Plain, csm::Softmax, __nv_bfloat16, 8>"
     assert set(_kernels.FILES) == {k for isz in (2, 4, 8)
-                                   for k, _ in (*d.templates(isz), *d.reduce_templates(isz))}
+                                   for k, _ in (*d.templates(isz), *d.reduce_templates(isz),
+                                                *d.vjp_templates(isz))}
 
 
 def test_api_plans_are_keyed_by_the_tuning(monkeypatch):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import planning
-from cusoftmax._accuracy import LOG_TOLERANCE, violations
+from cusoftmax._accuracy import LOG_TOLERANCE, VJP_TOLERANCE, violations
 from cusoftmax._layout import Layout, normalize_axes
 from cusoftmax.planning import TUNING, grid
 from _support import (BF16, FLOAT_DTYPES, assert_same_bits, assert_softmax, block_max_cols, build, cluster_held_cols, cluster_policy_cols,
@@ -690,3 +690,50 @@ def test_fast_path_keeps_the_operations_apart():
     assert_same_bits(again[0], first[1])
     assert_same_bits(again[1], first[0])
     assert_log_softmax(again[0], x, -1)
+
+
+# ---- the backward passes: the vjp family (kernels/vjp.cu).
+def assert_vjp(dx, y, dy, axis, log):
+    y64, g64 = (to_host(a).astype(np.float64) for a in (y, dy))
+    axes = normalize_axes(axis, y64.ndim)
+    if log:
+        ref = g64 - np.exp(y64) * g64.sum(axis=axes, keepdims=True)
+        size = np.abs(g64).max(axis=axes, keepdims=True) + np.abs(g64.sum(axis=axes, keepdims=True))
+    else:
+        ref = y64 * (g64 - (y64 * g64).sum(axis=axes, keepdims=True))
+        size = np.abs(g64).max(axis=axes, keepdims=True) * np.abs(y64).max(axis=axes, keepdims=True)
+    dx = to_host(dx)
+    msg = violations(dx, ref, dx.dtype.name, VJP_TOLERANCE, of=np.broadcast_to(size, ref.shape))
+    assert msg is None, msg
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("cols", [1, 3, 32, 100, 256, 257, 1000, 4097, 30000, 300001])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_vjps_every_row_kernel(cols, dtype, log):
+    """Rows of the lanes and block kernels (and few long rows, by array operations), with `out`
+    that is y itself, and an axis that is not the last (copied to rows)."""
+    rng = np.random.default_rng(cols)
+    rows = max(2, min(4096, 2**21 // cols))
+    x = make_values(rng, (rows, cols), np.dtype(np.float32))
+    y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
+                     else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(dtype)
+    dy = cupy.asarray(make_values(rng, (rows, cols), np.dtype(dtype)))
+    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    dx = fn(y, dy)
+    assert_vjp(dx, y, dy, -1, log)
+    assert_same_bits(fn(y, dy), dx)
+    inplace = y.copy()
+    assert fn(inplace, dy, out=inplace) is inplace
+    assert_same_bits(inplace, dx)
+    t = cupy.ascontiguousarray(y.T)
+    assert_vjp(fn(t, cupy.ascontiguousarray(dy.T), axis=0), t, cupy.ascontiguousarray(dy.T), 0, log)
+
+
+def test_vjp_plans():
+    from cusoftmax.planning import vjp_plan
+
+    lim = limits()
+    assert vjp_plan(4096, 32, 4, (0, 0, 0), lim).kernel == "vjp_lanes"
+    assert vjp_plan(4096, 8192, 4, (0, 0, 0), lim).kernel == "vjp_block"
+    assert vjp_plan(2, 2**24, 4, (0, 0, 0), lim) is None

@@ -1,7 +1,8 @@
 """THE policy: (layout, element size, addresses, device limits, tuning) -> a plan: one launch.
 
 ``ORDER`` below is the whole order of choice of the kernels that write every element (softmax,
-log_softmax; the reductions to one value a slice, logsumexp, have their own in ``reduce.py``).
+log_softmax; the reductions to one value a slice, logsumexp, have their own in ``reduce.py``, and
+the backward passes in ``vjp.py``).
 Each entry names a kernel family, the layouts it takes (contiguous rows, or a strided reduced
 axis) and when the default takes it; the first entry that applies and whose planner returns a
 plan wins (a planner returns None where its kernel cannot hold the case: the next entry takes
@@ -17,13 +18,13 @@ import dataclasses
 from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
-from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles
-from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, Case,
-                     Limits, Plan, device_limits, ops_of, vector_width)
+from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles, vjp
+from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
+                     Case, Limits, Plan, device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
 __all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
-           "REDUCTIONS",
+           "REDUCTIONS", "VJPS", "vjp_plan", "vjp_templates",
            "TUNING", "BySize", "Limits", "Plan", "Tuning", "active", "cuda_defines", "device_limits",
            "ops_of", "plan", "reduce_plan", "reduce_templates", "templates", "use", "vector_width"]
 
@@ -92,6 +93,17 @@ def reduce_plan(layout, itemsize: int, address: int, limits: Limits, tuning=None
 def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
     """Every (kernel, template arguments) of the reduce family for one element size."""
     yield from reduce.templates(itemsize, tuning)
+
+
+def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning=None) -> Plan | None:
+    """The plan of a backward pass over `rows` contiguous rows of `n` elements (the vjp family's
+    own order, ``vjp.py``); None: the caller computes it by array operations."""
+    return vjp.plan(rows, n, itemsize, addresses, limits, _active if tuning is None else tuning)
+
+
+def vjp_templates(itemsize: int, tuning: Tuning = TUNING):
+    """Every (kernel, template arguments) of the vjp family for one element size."""
+    yield from vjp.templates(itemsize, tuning)
 
 
 def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING):

@@ -19,11 +19,15 @@ OPS = ("Plain", "Softmax")  # (load functor, epilogue op) of the softmax forward
 # The epilogue op (kernels/ops.cuh) of each operation the plans compute, and the element types
 # it is fused for: float64 log_softmax is not (its largest entry is -log1p of the other terms'
 # sum, which no kernel keeps apart from the max's own term; cusoftmax/_family.py computes it).
-EPILOGUES = {"softmax": "Softmax", "log_softmax": "LogSoftmax", "logsumexp": "LogSumExp"}
+EPILOGUES = {"softmax": "Softmax", "log_softmax": "LogSoftmax", "logsumexp": "LogSumExp",
+             "softmax_vjp": "SoftmaxVjp", "log_softmax_vjp": "LogSoftmaxVjp"}
 FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
                "log_softmax": ("float16", "bfloat16", "float32"),
-               "logsumexp": ("float16", "bfloat16", "float32", "float64")}
+               "logsumexp": ("float16", "bfloat16", "float32", "float64"),
+               "softmax_vjp": ("float16", "bfloat16", "float32", "float64"),
+               "log_softmax_vjp": ("float16", "bfloat16", "float32", "float64")}
 REDUCTIONS = ("logsumexp",)  # one value a slice: the reduce family (reduce.py)
+VJPS = ("softmax_vjp", "log_softmax_vjp")  # dx from y and dy: the vjp family (vjp.py)
 
 
 def ops_of(op: str) -> tuple[str, str]:
@@ -77,6 +81,7 @@ class Plan:
 
     method: ClassVar[str]  # the family, as ``method=`` names it
     cooperative: ClassVar[bool] = False  # every block resident at once (see GridPlan.resident)
+    inputs: ClassVar[int] = 1  # arrays the kernel reads, before the one it writes
     vec: int  # elements per vector access
     grid: int
     block: int

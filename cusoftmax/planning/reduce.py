@@ -46,11 +46,11 @@ class LanesPlan(Plan):
         return (self.vec, self.lanes, self.packs, self.at_once)
 
 
-def lanes_shape(packs, tuning):
+def lanes_shape(packs, tuning, most=None):
     """(lanes, packs a lane, rows at a time) of a row of `packs` packs: a lane a pack up to a
-    warp, then whole warps of up to reduce_lane_max_packs packs a lane (None past them); rows
-    at a time for reduce_lane_loads loads a lane in flight."""
-    if packs > 32 * tuning.reduce_lane_max_packs:
+    warp, then whole warps of up to `most` (reduce_lane_max_packs) packs a lane (None past
+    them); rows at a time for reduce_lane_loads loads a lane in flight."""
+    if packs > 32 * (most or tuning.reduce_lane_max_packs):
         return None
     lanes = min(32, pow2_at_least(packs))
     per = pow2_at_least(math.ceil(packs / lanes))

@@ -106,6 +106,10 @@ class Tuning:
     reduce_min_chunk_steps: int = 4  # a chunk is at least 4 batch rounds of its block [reduce-1]
     reduce_max_chunk_bytes: int = 256 * 1024  # bytes a chunk of a row at most [reduce-1]
     reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled (ptxas) [reduce-1]
+    # vjp (backward passes; short rows take reduce_lane_* and reduce_waves)
+    vjp_threads: int = 256  # (CUDA) threads a block [vjp-1]
+    vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: array operations [vjp-1]
+    vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
 
     def __hash__(self):
         # Worked out once: _api's fast path and the plan and kernel caches hash it at each call.
@@ -148,5 +152,6 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "SLAB_MAX_THREADS": tuning.slab_max_threads,
         "SLAB_SCRATCH": tuning.slab_scratch,
         "REDUCE_THREADS": tuning.reduce_threads,
+        "VJP_THREADS": tuning.vjp_threads,
     }
     return tuple(f"-DCSM_{name}={value}" for name, value in values.items())

@@ -1,0 +1,69 @@
+"""The vjp family: the backward passes of softmax and log_softmax over contiguous rows, dx from
+y and dy (kernels/vjp.cu). Its order of choice:
+
+    kernel       when
+    vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
+    vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row
+    (none)       fewer long rows: the caller computes them by array operations
+
+The three arrays are C-contiguous rows of n elements, alike (the caller copies where not).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .common import MAX_GRID, THREADS_PER_SM, Plan, vecs, vector_width
+from .reduce import lanes_shape
+
+KERNELS = ("vjp_lanes", "vjp_block")
+
+
+@dataclass(frozen=True)
+class VjpLanesPlan(Plan):
+    method = "vjp_lanes"
+    inputs = 2  # y, dy
+    lanes: int
+    packs: int
+    at_once: int
+
+    @property
+    def template(self):
+        return (self.vec, self.lanes, self.packs, self.at_once)
+
+    def args(self, layout):
+        return (layout.outer, layout.n)
+
+
+@dataclass(frozen=True)
+class VjpBlockPlan(Plan):
+    method = "vjp_block"
+    inputs = 2
+
+    def args(self, layout):
+        return (layout.outer, layout.n)
+
+
+def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan | None:
+    """The plan for `rows` rows of `n` elements (y, dy, dx at `addresses`), or None."""
+    t, threads = tuning, tuning.vjp_threads
+    vec = vector_width(itemsize, addresses, (n,))
+    resident = limits.sm_count * (THREADS_PER_SM // threads)
+    shape = lanes_shape(math.ceil(n / vec), t, t.vjp_lane_max_packs)
+    if shape is not None:
+        lanes, per, at_once = shape
+        grid = min(MAX_GRID, resident * t.reduce_waves, math.ceil(rows * lanes / (threads * at_once)))
+        return VjpLanesPlan(vec, max(1, grid), threads, 0, lanes=lanes, packs=per, at_once=at_once)
+    if rows < t.vjp_min_rows_per_sm * limits.sm_count:
+        return None
+    return VjpBlockPlan(vec, min(MAX_GRID, resident * t.reduce_waves, rows), threads, 0)
+
+
+def templates(itemsize, tuning):
+    for vec in vecs(itemsize):
+        most = tuning.vjp_lane_max_packs
+        shapes = {lanes_shape(p, tuning, most) for p in range(1, 32 * most + 1)}
+        for lanes, per, at_once in sorted(shapes):
+            yield "vjp_lanes", (vec, lanes, per, at_once)
+        yield "vjp_block", (vec,)
