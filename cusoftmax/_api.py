@@ -175,29 +175,32 @@ def fused(c: "Call", out, method, op: str, remember=None):
 
 def reduced(c: "Call", op: str):
     """`op` (one of ``planning.REDUCTIONS``) of each slice of a prepared GPU call, by the reduce
-    kernels: a new CuPy array of the kept axes' shape, in the call's dtype."""
+    kernels: a new CuPy array of the kept axes' shape, in the call's dtype (``slice_state``:
+    float64, with a last axis of 3 for each slice's (m, c, s))."""
     import cupy
 
     x = c.array
     kept = tuple(x.shape[d] for d in range(x.ndim) if d not in c.axes)
+    dtype, tail = (np.dtype(np.float64), (3,)) if op == "slice_state" else (c.dtype, ())
     with x.device:
         if x.dtype != c.dtype:
             x = x.astype(c.dtype)
         if x.size == 0:
-            return cupy.empty(kept, dtype=c.dtype)
+            return cupy.empty(kept + tail, dtype=dtype)
         run, order = _reducer(x, c.axes, op)
         if run is None:  # no kernel takes the strides: the reduced axes last, contiguous
             last = tuple(range(x.ndim - len(c.axes), x.ndim))
             x = cupy.moveaxis(x, c.axes, last).copy()
             run, order = _reducer(x, last, op)
-        y = cupy.empty(math.prod(x.shape[d] for d in order), dtype=c.dtype)
+        y = cupy.empty(math.prod(x.shape[d] for d in order) * math.prod(tail), dtype=dtype)
         run(x, y)
         # y holds the slices in the layout's order of the kept axes (by x's strides).
-        y = y.reshape([x.shape[d] for d in order])
+        y = y.reshape([x.shape[d] for d in order] + list(tail))
         natural = sorted(order)
         if order != natural:
-            y = cupy.ascontiguousarray(y.transpose([order.index(d) for d in natural]))
-        return y.reshape(kept)
+            perm = [order.index(d) for d in natural] + list(range(len(order), y.ndim))
+            y = cupy.ascontiguousarray(y.transpose(perm))
+        return y.reshape(kept + tail)
 
 
 def vjp_rows(c: "Call", g, op: str):

@@ -5,13 +5,15 @@ chunks take the GPU kernels). Reduced axes split over chunks: one read of each c
 State of its part of every slice, a tree merge of the states (``dask.array.reduction``), and one
 read and one write of each chunk to normalise from its slice's merged state; 2 reads + 1 write,
 no rechunking of the input and no slice gathered onto one worker. The VJPs likewise: the slice
-sums by a Dask reduction, then one pass per chunk.
+sums by a Dask reduction, then one pass per chunk. CuPy chunks without `where`, `scale` and `b`
+take each chunk's states from the reduce kernels (``slice_state``: one read), and float32 ones
+normalise in one fused elementwise pass; the rest by ``_composed``'s array operations.
 """
 
 from __future__ import annotations
 
 import operator
-from functools import partial, reduce
+from functools import lru_cache, partial, reduce
 from numbers import Number
 
 import dask.array as da
@@ -191,11 +193,15 @@ def _on_chunk(x, *arrays, fn, keys, **kw):
 
 def _state_chunk(x, *arrays, keys, axes):
     xp = _module(x)
+    compute, acc = _composed.compute_types(x.dtype)
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
     if any(x.shape[a] == 0 for a in axes):  # an empty chunk: the merge's identity, m = -inf
-        compute, acc = _composed.compute_types(x.dtype)
-        shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
         return _composed.State(xp.full(shape, -np.inf, compute), xp.zeros(shape, acc),
                                xp.zeros(shape, acc))
+    if xp is not np and all(a is None for a in arrays):  # the reduce kernels, one read
+        st = _api.reduced(_api.prepare(x, axes, None, None, "logsumexp"), "slice_state")
+        m, c, s = (st[..., i].reshape(shape) for i in range(3))
+        return _composed.State(m.astype(compute), c.astype(acc), s.astype(acc))
     return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
 
 
@@ -214,7 +220,27 @@ def _leaves(parts):
 
 
 def _normalize_chunk(x, st, where, scale, *, op, axes):
-    return _composed.normalize(_module(x), op, x, st, axes, where=where, scale=scale)
+    xp = _module(x)
+    if xp is not np and x.dtype == np.float32 and where is None and scale is None:
+        m, c, s = st
+        with np.errstate(all="ignore"):
+            if op == "softmax":  # a slice whose max is +inf is NaN throughout, as SciPy
+                k = xp.where(m == np.inf, np.nan, 1 / (c + s))
+            else:  # the max entry is -log1p(s / c) - log(c), as _composed.normalize
+                k = xp.log1p(s / c) + xp.log(c)
+        return _fused_normalize(op)(x, m.astype(x.dtype), k.astype(x.dtype))
+    return _composed.normalize(xp, op, x, st, axes, where=where, scale=scale)
+
+
+@lru_cache(maxsize=None)
+def _fused_normalize(op):
+    """``f(x, m, k)``: softmax ``exp(x - m) * k`` or log_softmax ``(x - m) - k`` in one
+    elementwise CuPy kernel (one read of x, one write), m and k broadcast along the slices."""
+    import cupy
+
+    if op == "softmax":
+        return cupy.fuse(lambda x, m, k: cupy.exp(x - m) * k)
+    return cupy.fuse(lambda x, m, k: (x - m) - k)
 
 
 def _log_sum(st, return_sign, result):

@@ -75,16 +75,28 @@ struct LogSoftmax {
     }
 };
 
-// Reductions (reduce.cu) take an op with `C value(C m, acc_t c, acc_t s)`: a slice's value
-// from its max m, the count c of its elements equal to m and the sum s of exp(x - m) over the
-// others.
+// Reductions (reduce.cu) take an op with `void put<T>(void* y, long long i, C m, acc_t c,
+// acc_t s)`: slice i's output from its max m, the count c of its elements equal to m and the sum
+// s of exp(x - m) over the others.
 
-// log(sum(exp(x))) = m + log(c) + log1p(s / c): c = 1 leaves log1p(s), exact however small s is
-// (in the compute type: float results need no double logarithm). As SciPy's logsumexp: a slice
-// holding NaN gives NaN (s is NaN), +inf gives +inf (m), all -inf gives -inf.
+// log(sum(exp(x))) = m + log(c) + log1p(s / c) as element i of y, of x's type: c = 1 leaves
+// log1p(s), exact however small s is (in the compute type: float results need no double
+// logarithm). As SciPy's logsumexp: a slice holding NaN gives NaN (s is NaN), +inf gives +inf
+// (m), all -inf gives -inf.
 struct LogSumExp {
-    template <typename C> __device__ static C value(C m, acc_t c, acc_t s) {
-        return m + (log(C(c)) + log1p(C(s) / C(c)));
+    template <typename T, typename C> __device__ static void put(void* y, long long i, C m, acc_t c, acc_t s) {
+        bits(static_cast<T*>(y))[i] = Traits<T>::out(m + (log(C(c)) + log1p(C(s) / C(c))));
+    }
+};
+
+// The state itself, three doubles a slice (m, c, s) at y[3i]: a partial that a caller merges
+// with others of the same slices (cusoftmax/_composed.py's State; m is one of x's values).
+struct SliceState {
+    template <typename T, typename C> __device__ static void put(void* y, long long i, C m, acc_t c, acc_t s) {
+        double* p = static_cast<double*>(y) + 3 * i;
+        p[0] = double(m);
+        p[1] = c;
+        p[2] = s;
     }
 };
 

@@ -14,7 +14,8 @@
 // sum s of exp(x - m) over the others, so that Ep's value of it can take log(c) + log1p(s / c):
 // a sum dominated by its max term keeps its relative accuracy (logsumexp([0, -50]) is
 // log1p(e^-50), not 0). Merges in fixed orders: the same input gives the same bits.
-// The output y holds one element a slice, contiguous: row r (or column o * inner + i) at y[r].
+// The output y holds slice r's output (row r, or column o * inner + i) at the op's place r (one
+// element of x's type for logsumexp; ops.cuh).
 #include "common.cuh"
 #include "ops.cuh"
 
@@ -112,9 +113,9 @@ template <typename C> __device__ inline MCS<C> get_mcs(const double* p) {
     return MCS<C>{C(__ldcg(p)), __ldcg(p + 1), __ldcg(p + 2)};
 }
 
-// Ep's value of a state, stored at y[i].
-template <class Ep, typename T, typename C> __device__ inline void put_value(T* y, long long i, const MCS<C>& s) {
-    bits(y)[i] = Traits<T>::out(Ep::value(s.m, s.c, s.s));
+// Ep's output of slice i's state (y: of the op's own type and layout, see ops.cuh).
+template <class Ep, typename T, typename C> __device__ inline void put_value(void* y, long long i, const MCS<C>& s) {
+    Ep::template put<T>(y, i, s.m, s.c, s.s);
 }
 
 // A walk of P packs' words for MCS::push: each value as Ld loads it (unpacked at each walk, so
@@ -157,7 +158,7 @@ __device__ inline void push_run(const T* xr, int n, int c0, int step, MCS<comput
 // no raise but the group merge's.
 template <class Ld, class Ep, typename T, int V, int W, int P, int R>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
-    reduce_lanes(const T* x, T* y, long long rows, int n, long long ldx) {
+    reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx) {
     using C = compute_t<T>;
     constexpr int G = 32 / W;  // groups a warp
     const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
             s.push(words<Ld, T, V>(raw[r]));
             s = group_merge(s, W);
             const long long row = first + (long long)r * G + group;
-            if (sub == 0 && row < rows) put_value<Ep>(y, row, s);
+            if (sub == 0 && row < rows) put_value<Ep, T>(y, row, s);
         }
 #pragma unroll
         for (int r = 0; r < R; ++r)
@@ -223,7 +224,7 @@ __device__ inline bool count_chunk(unsigned* count, long long chunks, int* flag)
 // states (threads strided over the chunks in order, then the block merge: a fixed order).
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
-    reduce_chunks(const T* x, T* y, void* work, long long rows, long long n, long long ldx,
+    reduce_chunks(const T* x, void* y, void* work, long long rows, long long n, long long ldx,
                   long long chunk, long long chunks) {
     using C = compute_t<T>;
     __shared__ double sh[3 * 32];
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         push_run<Ld, T, V>(x + row * ldx + begin, len, int(threadIdx.x) * V, REDUCE_THREADS * V, s);
         s = block_merge(s, sh);
         if (chunks == 1) {
-            if (threadIdx.x == 0) put_value<Ep>(y, row, s);
+            if (threadIdx.x == 0) put_value<Ep, T>(y, row, s);
             continue;
         }
         double* parts = ws.part + 3 * row * chunks;
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         MCS<C> r = MCS<C>::identity();
         for (long long j = threadIdx.x; j < chunks; j += blockDim.x) r.merge(get_mcs<C>(parts + 3 * j));
         r = block_merge(r, sh);
-        if (threadIdx.x == 0) put_value<Ep>(y, row, r);
+        if (threadIdx.x == 0) put_value<Ep, T>(y, row, r);
     }
 }
 
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
 // over the lanes in lane order; a line of one chunk is written at once, else as reduce_chunks.
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
-    reduce_columns(const T* x, T* y, void* work, long long outer, long long n, long long inner,
+    reduce_columns(const T* x, void* y, void* work, long long outer, long long n, long long inner,
                    long long xso, long long xsn, long long chunk, long long chunks, int width) {
     using C = compute_t<T>;
     __shared__ double red[3 * REDUCE_THREADS];
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
                     s[j].merge(MCS<C>{C(r[0]), r[1], r[2]});
                 }
                 if (chunks == 1) {
-                    if (col + j < inner) put_value<Ep>(y, o * inner + col + j, s[j]);
+                    if (col + j < inner) put_value<Ep, T>(y, o * inner + col + j, s[j]);
                 } else {
                     put_mcs(parts + 3 * (k * cols + pack * V + j), s[j]);
                 }
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
             if (col0 + c >= inner) continue;
             MCS<C> r = MCS<C>::identity();
             for (long long q = 0; q < chunks; ++q) r.merge(get_mcs<C>(parts + 3 * (q * cols + c)));
-            put_value<Ep>(y, o * inner + col0 + c, r);
+            put_value<Ep, T>(y, o * inner + col0 + c, r);
         }
     }
 }

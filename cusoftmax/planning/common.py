@@ -20,13 +20,17 @@ OPS = ("Plain", "Softmax")  # (load functor, epilogue op) of the softmax forward
 # it is fused for: float64 log_softmax is not (its largest entry is -log1p of the other terms'
 # sum, which no kernel keeps apart from the max's own term; cusoftmax/_family.py computes it).
 EPILOGUES = {"softmax": "Softmax", "log_softmax": "LogSoftmax", "logsumexp": "LogSumExp",
-             "softmax_vjp": "SoftmaxVjp", "log_softmax_vjp": "LogSoftmaxVjp"}
+             "slice_state": "SliceState", "softmax_vjp": "SoftmaxVjp",
+             "log_softmax_vjp": "LogSoftmaxVjp"}
 FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
                "log_softmax": ("float16", "bfloat16", "float32"),
                "logsumexp": ("float16", "bfloat16", "float32", "float64"),
+               "slice_state": ("float16", "bfloat16", "float32", "float64"),
                "softmax_vjp": ("float16", "bfloat16", "float32", "float64"),
                "log_softmax_vjp": ("float16", "bfloat16", "float32", "float64")}
-REDUCTIONS = ("logsumexp",)  # one value a slice: the reduce family (reduce.py)
+# One output a slice, the reduce family (reduce.py): logsumexp, and slice_state, each slice's
+# (m, c, s) as three float64 (a partial that cusoftmax/_dask.py merges over chunks).
+REDUCTIONS = ("logsumexp", "slice_state")
 VJPS = ("softmax_vjp", "log_softmax_vjp")  # dx from y and dy: the vjp family (vjp.py)
 
 
