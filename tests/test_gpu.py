@@ -737,3 +737,23 @@ def test_vjp_plans():
     assert vjp_plan(4096, 32, 4, (0, 0, 0), lim).kernel == "vjp_lanes"
     assert vjp_plan(4096, 8192, 4, (0, 0, 0), lim).kernel == "vjp_block"
     assert vjp_plan(2, 2**24, 4, (0, 0, 0), lim) is None
+
+
+def test_slice_states_of_the_reduce_kernels():
+    """slice_state: (m, c, s) a slice, m the max, c the count at it, s the other terms' sum."""
+    from cusoftmax import _api
+
+    x = make_values(np.random.default_rng(9), (300, 5000), np.dtype(np.float32))
+    x[:, 7] = x.max(axis=1)  # each max twice
+    x[3] = -np.inf
+    for axis in (1, 0):
+        st = to_host(_api.reduced(_api.prepare(cupy.asarray(x), axis, None, None, "logsumexp"),
+                                  "slice_state"))
+        x64 = x.astype(np.float64)
+        m = x64.max(axis=axis)
+        assert st.dtype == np.float64 and np.array_equal(st[..., 0], m)
+        assert np.array_equal(st[..., 1], (x64 == np.expand_dims(m, axis)).sum(axis=axis))
+        with np.errstate(all="ignore"):
+            others = np.where(x64 == np.expand_dims(m, axis), 0.0, np.exp(x64 - np.expand_dims(m, axis)))
+        ok = np.isfinite(m)
+        assert np.allclose(st[ok, 2], others.sum(axis=axis)[ok], rtol=1e-5, atol=0)
