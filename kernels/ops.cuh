@@ -90,7 +90,9 @@ struct LogSumExp {
 };
 
 // The state itself, three doubles a slice (m, c, s) at y[3i]: a partial that a caller merges
-// with others of the same slices (cusoftmax/_composed.py's State; m is one of x's values).
+// with others of the same slices (cusoftmax/_composed.py's State; m is one of x's values). A
+// slice of only -inf counts the kernel's -inf padding in c too: its state is (-inf, c >= 1, 0),
+// whose sum is 0 whatever c is.
 struct SliceState {
     template <typename T, typename C> __device__ static void put(void* y, long long i, C m, acc_t c, acc_t s) {
         double* p = static_cast<double*>(y) + 3 * i;

@@ -137,59 +137,76 @@ template <class Ld, typename T, int V, int P> __device__ inline Words<Ld, T, V, 
     return {w};
 }
 
-// This thread's packs of the n elements at xr: c0, c0 + step, ..., REDUCE_BATCH loaded before
-// any is pushed (-inf past n).
+// This thread's packs of the n elements at xr: c0, c0 + step, ..., in batches of REDUCE_BATCH,
+// the next batch loaded before this one is pushed, so two are in flight (-inf past n, no load).
 template <class Ld, typename T, int V>
 __device__ inline void push_run(const T* xr, int n, int c0, int step, MCS<compute_t<T>>& s) {
     using C = compute_t<T>;
-    for (int c = c0; c < n; c += REDUCE_BATCH * step) {
-        word_t<T, V> w[REDUCE_BATCH];
+    auto load = [&](int c, word_t<T, V>(&w)[REDUCE_BATCH]) {
 #pragma unroll
         for (int b = 0; b < REDUCE_BATCH; ++b) w[b] = load_row_word<T, V>(xr, c + b * step, n, neg_inf<C>());
+    };
+    word_t<T, V> w[REDUCE_BATCH], next[REDUCE_BATCH];
+    if (c0 < n) load(c0, w);
+    for (int c = c0; c < n; c += REDUCE_BATCH * step) {
+        load(c + REDUCE_BATCH * step, next);
         s.push(words<Ld, T, V>(w));
+#pragma unroll
+        for (int b = 0; b < REDUCE_BATCH; ++b) w[b] = next[b];
     }
 }
 
-// Rows of n <= W * P * V elements (row r at x + r * ldx), each by an aligned group of W lanes
-// holding P packs a lane; a group takes R rows at a time (a warp 32 / W * R), and loads the
-// next iteration's packs, as words, before it reduces this one's, so loads stay in flight. Rows
-// past the end: the last row again, not written; every lane runs the same iterations, so the
-// shuffles stay converged. A lane's values are all held: their max first, then their terms, so
-// no raise but the group merge's.
+// Rows of n elements (row r at x + r * ldx), each by an aligned group of W lanes, in rounds of P
+// packs a lane (rows of at most W * P * V elements in one); a group takes R rows at a time (a
+// warp 32 / W * R), and each step (rows, round) loads the next step's packs, as words, before it
+// pushes its own, so loads stay in flight. Rows past the end: the last row again, not written;
+// every lane runs the same steps, so the shuffles stay converged.
 template <class Ld, class Ep, typename T, int V, int W, int P, int R>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx) {
     using C = compute_t<T>;
     constexpr int G = 32 / W;  // groups a warp
+    constexpr int SPAN = W * P * V;  // elements a round
     const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
+    const int rounds = (n + SPAN - 1) / SPAN;
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const long long stride = (long long)gridDim.x * blockDim.x / 32 * G * R;
     auto row_of = [&](long long first, int r) { return min(first + (long long)r * G + group, rows - 1); };
-    auto load = [&](long long first, word_t<T, V>(&raw)[R][P]) {
+    auto load = [&](long long first, int k, word_t<T, V>(&raw)[R][P]) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const T* xr = x + row_of(first, r) * ldx;
 #pragma unroll
-            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, (p * W + sub) * V, n, neg_inf<C>());
+            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, k * SPAN + (p * W + sub) * V, n, neg_inf<C>());
         }
     };
     word_t<T, V> raw[R][P], next[R][P];
+    MCS<C> s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = MCS<C>::identity();
     long long first = warp * G * R;
-    if (first < rows) load(first, raw);
-    for (; first < rows; first += stride) {
-        load(first + stride, next);  // past the end: the last row again, unused
+    if (first < rows) load(first, 0, raw);
+    for (int k = 0; first < rows;) {
+        const bool last = k + 1 == rounds;
+        const long long first2 = last ? first + stride : first;
+        const int k2 = last ? 0 : k + 1;
+        load(first2, k2, next);  // past the end: the last row again, unused
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            MCS<C> s = MCS<C>::identity();
-            s.push(words<Ld, T, V>(raw[r]));
-            s = group_merge(s, W);
-            const long long row = first + (long long)r * G + group;
-            if (sub == 0 && row < rows) put_value<Ep, T>(y, row, s);
+            s[r].push(words<Ld, T, V>(raw[r]));
+            if (last) {
+                const MCS<C> t = group_merge(s[r], W);
+                const long long row = first + (long long)r * G + group;
+                if (sub == 0 && row < rows) put_value<Ep, T>(y, row, t);
+                s[r] = MCS<C>::identity();
+            }
         }
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int p = 0; p < P; ++p) raw[r][p] = next[r][p];
+        first = first2;
+        k = k2;
     }
 }
 

@@ -625,8 +625,10 @@ def test_reduce_plans_cover_every_row_and_axis():
 
     short = rows(2**20, 32)
     assert short.kernel == "reduce_lanes" and short.template == (4, 8, 1, 2) and short.workspace() is None
-    assert rows(2**16, 512).template == (4, 32, 4, 1)
-    assert rows(2**16, 513).kernel == "reduce_chunks"
+    assert rows(2**16, 256).template == (4, 32, 2, 1)
+    assert rows(2**16, 2048).template == (4, 32, 2, 1)  # streamed by a warp: many rows
+    assert rows(2**12, 2048).kernel == "reduce_chunks"  # too few rows for a warp each
+    assert rows(2**16, 8193).kernel == "reduce_chunks"  # past reduce_warp_max_bytes
     for r, n in [(2**12, 8192), (1, 2**27), (3, 10**6 + 3), (64, 2**24)]:
         p = rows(r, n)
         assert p.kernel == "reduce_chunks" and p.chunk % p.vec == 0

@@ -2,7 +2,9 @@
 held but each thread's running state (kernels/reduce.cu). Its order of choice:
 
     kernel          layout            when
-    reduce_lanes    contiguous rows   a row in a warp's lanes, at most reduce_lane_max_packs a lane
+    reduce_lanes    contiguous rows   a row in a warp's lanes, at most reduce_lane_max_packs a lane;
+                                      or streamed by a warp in rounds of that, rows of at most
+                                      reduce_warp_max_bytes, reduce_warp_rows_waves warps' worth
     reduce_chunks   contiguous rows   longer rows: a block a chunk, chunks merged in the workspace
     reduce_columns  a strided axis    any: strips of columns a block, the axis in chunks
 
@@ -108,6 +110,10 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
         shape = lanes_shape(math.ceil(n / vec), t)
+        warps = limits.sm_count * THREADS_PER_SM // 32 // 2  # resident at 64 registers a thread
+        if shape is None and (rows >= t.reduce_warp_rows_waves * warps
+                              and n * itemsize <= t.reduce_warp_max_bytes):
+            shape = (32, t.reduce_lane_max_packs, 1)  # a warp a row, in rounds
         if shape is not None:
             lanes, per, at_once = shape
             grid = _grid(math.ceil(rows * lanes / (threads * at_once)), limits, t)
