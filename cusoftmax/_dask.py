@@ -238,9 +238,13 @@ def _fused_normalize(op):
     elementwise CuPy kernel (one read of x, one write), m and k broadcast along the slices."""
     import cupy
 
-    if op == "softmax":
-        return cupy.fuse(lambda x, m, k: cupy.exp(x - m) * k)
-    return cupy.fuse(lambda x, m, k: (x - m) - k)
+    def softmax_from_state(x, m, k):  # the kernel takes the function's name
+        return cupy.exp(x - m) * k
+
+    def log_softmax_from_state(x, m, k):
+        return (x - m) - k
+
+    return cupy.fuse(softmax_from_state if op == "softmax" else log_softmax_from_state)
 
 
 def _log_sum(st, return_sign, result):

@@ -409,6 +409,8 @@ def main(argv=None):
                 row[f"{impl}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
                 _progress(f"    {impl}: n/a ({row[f'{impl}_error']})")
         rows.append(row)
+        done = [f"{k[:-5]} {v:.2f}" for k, v in row.items() if k.endswith("_frac")]
+        _progress(f"    of copy: {', '.join(done)}")  # a run cut short still leaves its figures
         del x, dst
         cupy.get_default_memory_pool().free_all_blocks()
     overhead = {} if op in VJPS else _host_overhead(cupy, peers, op=op)
