@@ -3,7 +3,8 @@ y and dy (kernels/vjp.cu). Its order of choice:
 
     kernel       when
     vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
-    vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row
+    vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row, of
+                 about vjp_block_packs packs of each array a thread (up to vjp_threads)
     (none)       fewer long rows: the caller computes them by array operations
 
 The three arrays are C-contiguous rows of n elements, alike (the caller copies where not).
@@ -57,7 +58,10 @@ def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan | None:
         return VjpLanesPlan(vec, max(1, grid), threads, 0, lanes=lanes, packs=per, at_once=at_once)
     if rows < t.vjp_min_rows_per_sm * limits.sm_count:
         return None
-    return VjpBlockPlan(vec, min(MAX_GRID, resident * t.reduce_waves, rows), threads, 0)
+    # A block of whole warps, about vjp_block_packs packs of each array a thread, up to threads.
+    block = min(threads, 32 * math.ceil(math.ceil(n / vec) / (32 * t.vjp_block_packs)))
+    blocks = limits.sm_count * min(32, THREADS_PER_SM // block) * t.reduce_waves
+    return VjpBlockPlan(vec, min(MAX_GRID, blocks, rows), block, 0)
 
 
 def templates(itemsize, tuning):
