@@ -736,7 +736,7 @@ def test_vjp_plans():
     lim = limits()
     assert vjp_plan(4096, 32, 4, (0, 0, 0), lim).kernel == "vjp_lanes"
     assert vjp_plan(4096, 8192, 4, (0, 0, 0), lim).kernel == "vjp_block"
-    assert vjp_plan(4096, 2048, 4, (0, 0, 0), lim).block == 64
+    assert vjp_plan(4096, 2048, 4, (0, 0, 0), lim).block == 128
     assert vjp_plan(4096, 512, 4, (0, 0, 0), lim).block == 32
     assert vjp_plan(2, 2**24, 4, (0, 0, 0), lim) is None
 

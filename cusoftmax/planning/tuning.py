@@ -112,7 +112,7 @@ class Tuning:
     vjp_threads: int = 256  # (CUDA) threads a block [vjp-1]
     vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: array operations [vjp-1]
     vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
-    vjp_block_packs: int = 8  # a row's block: 256 threads for 2 KiB rows ran 0.33 [vjp-2]
+    vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
 
     def __hash__(self):
         # Worked out once: _api's fast path and the plan and kernel caches hash it at each call.

@@ -58,7 +58,8 @@ def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan | None:
         return VjpLanesPlan(vec, max(1, grid), threads, 0, lanes=lanes, packs=per, at_once=at_once)
     if rows < t.vjp_min_rows_per_sm * limits.sm_count:
         return None
-    # A block of whole warps, about vjp_block_packs packs of each array a thread, up to threads.
+    # A block of whole warps, at least vjp_block_packs packs of each array a thread where the
+    # row has them, up to vjp_threads.
     block = min(threads, 32 * math.ceil(math.ceil(n / vec) / (32 * t.vjp_block_packs)))
     blocks = limits.sm_count * min(32, THREADS_PER_SM // block) * t.reduce_waves
     return VjpBlockPlan(vec, min(MAX_GRID, blocks, rows), block, 0)
