@@ -181,8 +181,11 @@ def main(argv=None):
     ap.add_argument("--show", type=int, default=0, help="diff lines to print per differing entry")
     args = ap.parse_args(argv)
     compared = same = 0
+    at_base = {f for f in set(FILES.values())
+               if subprocess.run(["git", "cat-file", "-e", f"{args.base}:kernels/{f}"], cwd=ROOT,
+                                 capture_output=True).returncode == 0}
     for arch in args.arch or (90, 80):
-        for filename in args.file or sorted(set(FILES.values())):
+        for filename in args.file or sorted(at_base):
             for dtype in args.dtype or tuple(C_TYPES):
                 old, old_ptx, old_names = ptx_of(base_reader(args.base), filename, dtype, arch, False, args.cache)
                 new, new_ptx, new_names = ptx_of(tree_reader, filename, dtype, arch, True, args.cache)
