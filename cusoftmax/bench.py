@@ -173,38 +173,48 @@ def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax", dy=None):
                       table)
 
 
+def _gpu_torch():
+    """torch where it is installed and sees a GPU, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _gpu_jax():
+    """(jax, jax.numpy) where JAX is installed and runs on a GPU, else None."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        return (jax, jnp) if jax.devices()[0].platform == "gpu" else None
+    except (ImportError, RuntimeError):
+        return None
+
+
 def _vjp_peers(names, op, given):
     """The backward pass's peers: factory(y, axis) as _peers', dy and the forward's x in
     `given` (set for each case)."""
     peers = {}
-    if "torch" in names:
-        try:
-            import torch
+    torch = _gpu_torch() if "torch" in names else None
+    if torch is not None:
+        f_t = getattr(torch.ops.aten, f"_{VJPS[op]}_backward_data")
 
-            if torch.cuda.is_available():
-                f_t = getattr(torch.ops.aten, f"_{VJPS[op]}_backward_data")
+        def tf(y, axis):
+            ty, tg = torch.from_dlpack(y), torch.from_dlpack(given["dy"])
+            return (lambda: f_t(tg, ty, axis % y.ndim, ty.dtype)), "events", None
+        peers["torch"] = tf
+    found = _gpu_jax() if "jax" in names else None
+    if found is not None:
+        jax, jnp = found
+        forward = getattr(jax.nn, VJPS[op])
 
-                def tf(y, axis):
-                    ty, tg = torch.from_dlpack(y), torch.from_dlpack(given["dy"])
-                    return (lambda: f_t(tg, ty, axis % y.ndim, ty.dtype)), "events", None
-                peers["torch"] = tf
-        except ImportError:
-            pass
-    if "jax" in names:
-        try:
-            import jax
-            import jax.numpy as jnp
-
-            if jax.devices()[0].platform == "gpu":
-                forward = getattr(jax.nn, VJPS[op])
-
-                def jf(y, axis):
-                    jx, jg = jnp.from_dlpack(given["x"]), jnp.from_dlpack(given["dy"])
-                    f = jax.jit(lambda a, g: jax.vjp(lambda z: forward(z, axis=axis), a)[1](g)[0])
-                    return (lambda: f(jx, jg)), "wall", (lambda r: r.block_until_ready())
-                peers["jax"] = jf
-        except (ImportError, RuntimeError):
-            pass
+        def jf(y, axis):
+            jx, jg = jnp.from_dlpack(given["x"]), jnp.from_dlpack(given["dy"])
+            f = jax.jit(lambda a, g: jax.vjp(lambda z: forward(z, axis=axis), a)[1](g)[0])
+            return (lambda: f(jx, jg)), "wall", (lambda r: r.block_until_ready())
+        peers["jax"] = jf
     return peers
 
 
@@ -216,34 +226,24 @@ def _peers(names, cupy, op="softmax"):
 
         f_cs = getattr(cs, op)
         peers["cupyx"] = lambda x, axis: (lambda: f_cs(x, axis=axis), "events", None)
-    if "torch" in names:
-        try:
-            import torch
+    torch = _gpu_torch() if "torch" in names else None
+    if torch is not None:
+        f_t = getattr(torch, op)
 
-            if torch.cuda.is_available():
-                f_t = getattr(torch, op)
+        def tf(x, axis):
+            t = torch.from_dlpack(x)
+            return (lambda: f_t(t, dim=axis)), "events", None
+        peers["torch"] = tf
+    found = _gpu_jax() if "jax" in names else None
+    if found is not None:
+        jax, jnp = found
+        f_j = getattr(jax.nn, op)
 
-                def tf(x, axis):
-                    t = torch.from_dlpack(x)
-                    return (lambda: f_t(t, dim=axis)), "events", None
-                peers["torch"] = tf
-        except ImportError:
-            pass
-    if "jax" in names:
-        try:
-            import jax
-            import jax.numpy as jnp
-
-            if jax.devices()[0].platform == "gpu":
-                f_j = getattr(jax.nn, op)
-
-                def jf(x, axis):
-                    jx = jnp.from_dlpack(x)
-                    f = jax.jit(lambda a: f_j(a, axis=axis))
-                    return (lambda: f(jx)), "wall", (lambda r: r.block_until_ready())
-                peers["jax"] = jf
-        except (ImportError, RuntimeError):
-            pass
+        def jf(x, axis):
+            jx = jnp.from_dlpack(x)
+            f = jax.jit(lambda a: f_j(a, axis=axis))
+            return (lambda: f(jx)), "wall", (lambda r: r.block_until_ready())
+        peers["jax"] = jf
     if "triton" in names and op == "softmax":
         try:
             from ._triton_peer import triton_softmax

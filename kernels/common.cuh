@@ -303,6 +303,20 @@ __device__ inline void copy_wait_pending(int n) {
     }
 }
 
+// B packs of V columns (the same V columns at B steps of a strided axis) as Ld loads them,
+// column by column: w[j][b] is column j at step b.
+template <class Ld, int B, typename T, int V, typename C>
+__device__ inline void pack_columns(const Pack<T, V> (&p)[B], C (&w)[V][B]) {
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+        C v[V];
+        unpack(p[b], v);
+        Ld::load(v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) w[j][b] = v[j];
+    }
+}
+
 template <typename T, int V> __device__ inline Pack<T, V> load_pack(const T* p) {
     return *reinterpret_cast<const Pack<T, V>*>(p);
 }

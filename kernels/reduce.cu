@@ -306,14 +306,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
                     }
                 }
                 C w[V][COLUMN_STEPS];  // column j at the batch's steps
-#pragma unroll
-                for (int b = 0; b < COLUMN_STEPS; ++b) {
-                    C v[V];
-                    unpack(p[b], v);
-                    Ld::load(v);
-#pragma unroll
-                    for (int j = 0; j < V; ++j) w[j][b] = v[j];
-                }
+                pack_columns<Ld>(p, w);
 #pragma unroll
                 for (int j = 0; j < V; ++j)
                     s[j].push([&](auto f) {

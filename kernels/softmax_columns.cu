@@ -75,14 +75,7 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
         Pack<T, V> p[B];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
         C w[V][B];  // column j at the batch's steps
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-            C v[V];
-            unpack(p[b], v);
-            Ld::load(v);
-#pragma unroll
-            for (int j = 0; j < V; ++j) w[j][b] = v[j];
-        }
+        pack_columns<Ld>(p, w);
 #pragma unroll
         for (int j = 0; j < V; ++j) s[j].template push_pack<Ep>(w[j]);  // one rescale check per column per batch
     }

@@ -89,14 +89,17 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
     for (long long row = blockIdx.x; row < rows; row += gridDim.x, turn ^= 1) {
         const T *yr = y + row * n, *gr = dy + row * n;
         T* xr = dx + row * n;
-        acc_t sum = 0;
-        for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)step) {
-            word_t<T, V> wy[VJP_BATCH], wg[VJP_BATCH];
+        word_t<T, V> wy[VJP_BATCH], wg[VJP_BATCH];
+        auto load = [&](long long c0) {  // this thread's batch of both arrays from c0
 #pragma unroll
             for (int b = 0; b < VJP_BATCH; ++b) {
                 wy[b] = load_row_word<T, V>(yr, c0 + b * step, n, C(0));
                 wg[b] = load_row_word<T, V>(gr, c0 + b * step, n, C(0));
             }
+        };
+        acc_t sum = 0;
+        for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)step) {
+            load(c0);
             C part = 0, yv[V], gv[V];
 #pragma unroll
             for (int b = 0; b < VJP_BATCH; ++b) vjp_terms<Ld, Ep, T, V>(wy[b], wg[b], yv, gv, part);
@@ -106,12 +109,7 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
         // passed the other's barrier (block_reduce_once).
         const C s = C(block_reduce_once(sum, scratch[turn], SumOp()));
         for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)step) {
-            word_t<T, V> wy[VJP_BATCH], wg[VJP_BATCH];
-#pragma unroll
-            for (int b = 0; b < VJP_BATCH; ++b) {
-                wy[b] = load_row_word<T, V>(yr, c0 + b * step, n, C(0));
-                wg[b] = load_row_word<T, V>(gr, c0 + b * step, n, C(0));
-            }
+            load(c0);
 #pragma unroll
             for (int b = 0; b < VJP_BATCH; ++b) {
                 C part = 0, yv[V], gv[V];
