@@ -169,6 +169,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     constexpr int SPAN = W * P * V;  // elements a round
     const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
     const int rounds = (n + SPAN - 1) / SPAN;
+    if (rounds == 0) return;  // no element (the library never launches one): no step ends
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const long long stride = (long long)gridDim.x * blockDim.x / 32 * G * R;
     auto row_of = [&](long long first, int r) { return min(first + (long long)r * G + group, rows - 1); };

@@ -624,6 +624,7 @@ def test_reduce_plans_cover_every_row_and_axis():
         return d.reduce_plan(Layout(r, n, 1, (n, 1), (n, 1)), itemsize, 0, H200, t)
 
     short = rows(2**20, 32)
+    assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
     assert short.kernel == "reduce_lanes" and short.template == (4, 8, 1, 2) and short.workspace() is None
     assert rows(2**16, 256).template == (4, 32, 2, 1)
     assert rows(2**16, 2048).template == (4, 32, 2, 1)  # streamed by a warp: many rows

@@ -47,6 +47,9 @@ class LanesPlan(Plan):
     def template(self):
         return (self.vec, self.lanes, self.packs, self.at_once)
 
+    def args(self, layout):
+        return (layout.outer, layout.n, layout.xs[0])
+
 
 def lanes_shape(packs, tuning, most=None):
     """(lanes, packs a lane, rows at a time) of a row of `packs` packs: a lane a pack up to a
@@ -57,9 +60,6 @@ def lanes_shape(packs, tuning, most=None):
     lanes = min(32, pow2_at_least(packs))
     per = pow2_at_least(math.ceil(packs / lanes))
     return lanes, per, max(1, tuning.reduce_lane_loads // per)
-
-    def args(self, layout):
-        return (layout.outer, layout.n, layout.xs[0])
 
 
 @dataclass(frozen=True)
