@@ -13,7 +13,7 @@ import contextlib
 
 import numpy as np
 
-from . import _api, _arrays, planning
+from . import _api, _arrays, _host, planning
 from . import _composed as C
 
 
@@ -132,8 +132,11 @@ def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
     xp = _xp(c)
     with _on_device(c):
         x = c.array.astype(c.dtype, copy=False)
-        st = C.state(xp, x, c.axes, where=w, scale=s)
-        y = C.normalize(xp, op, x, st, c.axes, where=w, scale=s, out=c.out)
+        if xp is np and op == "log_softmax" and w is None and s is None:
+            y = _host.log_softmax(x, c.axes, out=c.out)  # in cache-sized pieces
+        else:
+            st = C.state(xp, x, c.axes, where=w, scale=s)
+            y = C.normalize(xp, op, x, st, c.axes, where=w, scale=s, out=c.out)
     return _finish(c, out, y)
 
 
@@ -285,6 +288,9 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
         if c.src.on_gpu and w is None and s is None and wb is None:  # the reduce kernels
             r = _api.reduced(c, "logsumexp")
             res = (r, _sign_of(xp, r)) if return_sign else (r,)
+        elif xp is np and w is None and s is None and wb is None:  # in cache-sized pieces
+            res = _host.log_sum(c.array.astype(c.dtype, copy=False), c.axes, return_sign, c.dtype)
+            res = res if return_sign else (res,)
         else:
             st = C.state(xp, c.array.astype(c.dtype, copy=False), c.axes, where=w, scale=s, b=wb)
             res = C.log_sum(xp, st, return_sign, dtype=c.dtype)

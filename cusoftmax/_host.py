@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from . import _composed
 from ._composed import compute_types
 from ._layout import collapse
 
@@ -44,6 +45,35 @@ def softmax(x: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray
         else:
             _slices(x, e, y, axes, _float64_sums if compute == np.float32 and n > BLOCK else _sums)
     return y
+
+
+def pieces(x, axes) -> list:
+    """Index tuples cutting x into pieces of whole slices of about PIECE_BYTES where each slice
+    is one contiguous run, else the whole array ([...]): the family's array operations then pass
+    over a piece while it stays in cache."""
+    return _row_pieces(x, axes) if _rows(x, axes) else [...]
+
+
+def log_softmax(x, axes, out=None):
+    """log_softmax of x (its result dtype) over axes, into out where given: ``_composed``'s
+    state and normalising, a piece of slices at a time (the same bits as on the whole array)."""
+    y = np.empty_like(x) if out is None else out
+    for p in pieces(x, axes):
+        xp = x[p]
+        _composed.normalize(np, "log_softmax", xp, _composed.state(np, xp, axes), axes, out=y[p])
+    return y
+
+
+def log_sum(x, axes, return_sign, dtype):
+    """logsumexp of x over axes, keepdims shape (and the sign with return_sign): ``_composed``'s
+    state and log_sum, a piece of slices at a time."""
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    res = [np.empty(shape, dtype) for _ in range(1 + return_sign)]
+    for p in pieces(x, axes):
+        got = _composed.log_sum(np, _composed.state(np, x[p], axes), return_sign, dtype=dtype)
+        for r, g in zip(res, got if return_sign else (got,)):
+            r[p] = g
+    return tuple(res) if return_sign else res[0]
 
 
 def _slices(x, e, y, axes, sums) -> None:

@@ -8,6 +8,7 @@ import pytest
 import scipy.special
 from hypothesis import given
 from hypothesis import strategies as st
+from numpy.testing import assert_array_equal
 
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations
@@ -410,3 +411,30 @@ def test_all_exported():
     for name in cusoftmax.__all__:
         doc = getattr(cusoftmax, name).__doc__
         assert "Parameters\n    ----------" in doc and "Returns\n    -------" in doc
+
+
+@pytest.mark.parametrize("shape,axis", [((3000, 300), -1), ((40, 30000), 1), ((300, 3000), 0),
+                                        ((20, 300, 200), (1, 2))])
+def test_host_pieces_give_the_whole_arrays_bits(shape, axis):
+    """The host's log_softmax and logsumexp work a cache-sized piece of slices at a time: the
+    same bits as the array operations on the whole array, into out and in place too."""
+    from cusoftmax import _composed as C
+    from cusoftmax._layout import normalize_axes
+
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32) * 5
+    x[1] = -np.inf
+    x[..., 3] = np.nan
+    axes = normalize_axes(axis, x.ndim)
+    st = C.state(np, x, axes)
+    whole = C.normalize(np, "log_softmax", x, st, axes)
+    lse, sign = C.log_sum(np, st, True, dtype=np.float32)
+    assert_array_equal(cusoftmax.log_softmax(x, axis=axis), whole)
+    got, got_sign = cusoftmax.logsumexp(x, axis=axis, keepdims=True, return_sign=True)
+    assert_array_equal(got, lse)
+    assert_array_equal(got_sign, sign)
+    out = np.empty(shape, np.dtype(np.float32).newbyteorder())
+    assert cusoftmax.log_softmax(x, axis=axis, out=out) is out
+    assert_array_equal(out, whole)
+    inplace = x.copy()
+    cusoftmax.log_softmax(inplace, axis=axis, out=inplace)
+    assert_array_equal(inplace, whole)
