@@ -647,3 +647,20 @@ def test_reduce_plans_cover_every_row_and_axis():
     narrow = d.reduce_plan(Layout(10, 10**6, 3, (3 * 10**6, 3), (3 * 10**6, 3)), 4, 0, H200, t)
     assert narrow.vec == 1 and narrow.width == 4 and narrow.chunks > 1
     assert d.reduce_plan(None, 4, 0, H200, t) is None
+
+
+def test_vjp_plans_by_row_length():
+    """The backward passes' own order (planning/vjp.py): a warp's lanes for rows of up to 64
+    packs, a block sized to longer rows, array operations (None) for fewer rows than 2 an SM."""
+    def plan(rows, n, itemsize=4):
+        return d.vjp_plan(rows, n, itemsize, (0, 0, 0), H200, t)
+
+    assert plan(4096, 32).kernel == "vjp_lanes" and plan(4096, 32).template == (4, 8, 1, 2)
+    assert plan(4096, 256).template == (4, 32, 2, 1)
+    assert plan(4096, 512).kernel == "vjp_block" and plan(4096, 512).block == 32
+    assert plan(4096, 2048).block == 128 and plan(4096, 8192).block == 256
+    assert plan(4096, 2048, 2).block == 64  # bfloat16: 8 elements a pack
+    assert plan(4096, 2**20).block == 256
+    assert plan(2 * H200.sm_count - 1, 2**20) is None and plan(2 * H200.sm_count, 2**20) is not None
+    p = plan(4096, 3000)
+    assert p.inputs == 2 and p.args(Layout(4096, 3000, 1, (3000, 1), (3000, 1))) == (4096, 3000)

@@ -730,16 +730,6 @@ def test_vjps_every_row_kernel(cols, dtype, log):
     assert_vjp(fn(t, cupy.ascontiguousarray(dy.T), axis=0), t, cupy.ascontiguousarray(dy.T), 0, log)
 
 
-def test_vjp_plans():
-    from cusoftmax.planning import vjp_plan
-
-    lim = limits()
-    assert vjp_plan(4096, 32, 4, (0, 0, 0), lim).kernel == "vjp_lanes"
-    assert vjp_plan(4096, 8192, 4, (0, 0, 0), lim).kernel == "vjp_block"
-    assert vjp_plan(4096, 2048, 4, (0, 0, 0), lim).block == 128
-    assert vjp_plan(4096, 512, 4, (0, 0, 0), lim).block == 32
-    assert vjp_plan(2, 2**24, 4, (0, 0, 0), lim) is None
-
 
 def test_slice_states_of_the_reduce_kernels():
     """slice_state: (m, c, s) a slice, m the max, c the count at it, s the other terms' sum."""
