@@ -730,7 +730,6 @@ def test_vjps_every_row_kernel(cols, dtype, log):
     assert_vjp(fn(t, cupy.ascontiguousarray(dy.T), axis=0), t, cupy.ascontiguousarray(dy.T), 0, log)
 
 
-
 def test_slice_states_of_the_reduce_kernels():
     """slice_state: (m, c, s) a slice, m the max, c the count at it, s the other terms' sum."""
     from cusoftmax import _api
