@@ -55,13 +55,39 @@ def pieces(x, axes) -> list:
 
 
 def log_softmax(x, axes, out=None):
-    """log_softmax of x (its result dtype) over axes, into out where given: ``_composed``'s
-    state and normalising, a piece of slices at a time (the same bits as on the whole array)."""
-    y = np.empty_like(x) if out is None else out
-    for p in pieces(x, axes):
-        xp = x[p]
-        _composed.normalize(np, "log_softmax", xp, _composed.state(np, xp, axes), axes, out=y[p])
+    """log_softmax of x (its result dtype) over axes, into out where given, a piece of slices at
+    a time: ``_composed``'s state and normalising, the same bits as on the whole array (in
+    fewer passes where x is of its compute type)."""
+    compute, acc = compute_types(x.dtype)
+    native = out is None or (out.dtype == x.dtype and out.dtype.isnative)
+    y = np.empty_like(x) if out is None or not native else out
+    with np.errstate(all="ignore"):  # NaN and infinities give their results, no warnings
+        for p in pieces(x, axes):
+            if x.dtype == compute:
+                _log_softmax_piece(x[p], y[p], axes, acc)
+            else:
+                xp = x[p]
+                _composed.normalize(np, "log_softmax", xp, _composed.state(np, xp, axes), axes,
+                                    out=y[p])
+    if y is not out and out is not None:
+        np.copyto(out, y)
+        return out
     return y
+
+
+def _log_softmax_piece(x, y, axes, acc) -> None:
+    """``_composed``'s log_softmax of x (its compute type) into y (x's type; may be x): the max
+    m, its count c, the sum s of the other terms exp(x - m) (m = 0 where it is -inf), then
+    ``(x - m) - (log1p(s / c) + log(c))``, NaN throughout a slice of only -inf."""
+    m = np.max(x, axis=axes, keepdims=True)
+    top = x == m  # before y, which may be x, is written
+    np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=y)
+    e = np.exp(y)
+    np.copyto(e, 0, where=top)
+    s = np.sum(e, axis=axes, keepdims=True, dtype=acc)
+    c = np.count_nonzero(top, axis=axes, keepdims=True)
+    k = np.where(m == -np.inf, np.nan, np.log1p(s / c) + np.log(c)).astype(x.dtype)
+    np.subtract(y, k, out=y)
 
 
 def log_sum(x, axes, return_sign, dtype):
