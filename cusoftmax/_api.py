@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -228,10 +227,9 @@ def vjp_rows(c: "Call", g, op: str):
         tuning = planning.active()
         addresses = tuple(a.data.ptr % 16 for a in (yt, gt, dxt))
         plan = planning.vjp_plan(rows, n, y.itemsize, addresses,
-                                 planning.device_limits(y.device.id), tuning)
+                                 planning.device_limits(y.device.id), tuning, op)
         if plan is None:
             return None
-        plan = dataclasses.replace(plan, ops=planning.ops_of(op))
         layout = Layout(rows, n, 1, (n, 1), (n, 1))
         _kernels.bind(plan, layout, y.dtype.name, y.device.id, tuning)(yt, gt, dxt)
         return dxt if axes == last else cupy.moveaxis(dxt, last, axes)
@@ -242,17 +240,17 @@ def _reducer(x, axes, op):
     slices) for CuPy arrays like x (cached per call signature)."""
     tuning = planning.active()
     layout, plan, order = _reduce_plan(x.shape, _elem_strides(x), axes, x.itemsize,
-                                       x.data.ptr % 16, x.device.id, tuning)
+                                       x.data.ptr % 16, x.device.id, tuning, op)
     if plan is None:
         return None, order
-    plan = dataclasses.replace(plan, ops=planning.ops_of(op))
     return _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning), order
 
 
 @lru_cache(maxsize=1024)
-def _reduce_plan(shape, xs, axes, itemsize, align, device_id, tuning):
+def _reduce_plan(shape, xs, axes, itemsize, align, device_id, tuning, op):
     layout = collapse(shape, xs, xs, axes)
-    plan = planning.reduce_plan(layout, itemsize, align, planning.device_limits(device_id), tuning)
+    plan = planning.reduce_plan(layout, itemsize, align, planning.device_limits(device_id), tuning,
+                                op)
     kept = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
     order = sorted(kept, key=lambda d: -abs(xs[d]))  # collapse's order of the kept axes
     return layout, plan, order
@@ -372,7 +370,7 @@ def _runner(x, y, axes, method, op):
 
 def _gpu(x, axes, out, dtype, method, remember=None, op="softmax"):
     """`op` (softmax by default) of CuPy array x into out (or a new array). ``remember``: (the
-    caller's x, axis) to enter the fast path's table when this call qualifies (softmax only)."""
+    caller's x, axis) to enter the fast path's table, keyed by `op`, when this call qualifies."""
     import cupy
 
     with x.device:

@@ -626,6 +626,9 @@ def test_reduce_plans_cover_every_row_and_axis():
     short = rows(2**20, 32)
     assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
     assert short.kernel == "reduce_lanes" and short.template == (4, 8, 1, 2) and short.workspace() is None
+    assert short.ops == ("Plain", "LogSumExp")
+    states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
+    assert states == dataclasses.replace(short, ops=("Plain", "SliceState"))
     assert rows(2**16, 256).template == (4, 32, 2, 1)
     assert rows(2**16, 2048).template == (4, 32, 2, 1)  # streamed by a warp: many rows
     assert rows(2**12, 2048).kernel == "reduce_chunks"  # too few rows for a warp each
@@ -656,6 +659,8 @@ def test_vjp_plans_by_row_length():
         return d.vjp_plan(rows, n, itemsize, (0, 0, 0), H200, t)
 
     assert plan(4096, 32).kernel == "vjp_lanes" and plan(4096, 32).template == (4, 8, 1, 2)
+    assert plan(4096, 32).ops == ("Plain", "SoftmaxVjp")
+    assert d.vjp_plan(4096, 32, 4, (0, 0, 0), H200, t, "log_softmax_vjp").ops == ("Plain", "LogSoftmaxVjp")
     assert plan(4096, 256).template == (4, 32, 2, 1)
     assert plan(4096, 512).kernel == "vjp_block" and plan(4096, 512).block == 32
     assert plan(4096, 2048).block == 128 and plan(4096, 8192).block == 256

@@ -24,9 +24,9 @@ from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, RE
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
 __all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
-           "REDUCTIONS", "VJPS", "vjp_plan", "vjp_templates",
-           "TUNING", "BySize", "Limits", "Plan", "Tuning", "active", "cuda_defines", "device_limits",
-           "ops_of", "plan", "reduce_plan", "reduce_templates", "templates", "use", "vector_width"]
+           "REDUCTIONS", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
+           "cuda_defines", "device_limits", "ops_of", "plan", "reduce_plan", "reduce_templates",
+           "templates", "use", "vector_width", "vjp_plan", "vjp_templates"]
 
 
 class Entry(NamedTuple):
@@ -62,8 +62,13 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=N
     a contiguous copy with the reduced axes last, then plan again."""
     if method not in (None, *METHODS):
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
-    chosen = _choose(layout, itemsize, addresses, limits, method, tuning)
-    if chosen is None or op == "softmax":
+    return _computing(op, _choose(layout, itemsize, addresses, limits, method, tuning))
+
+
+def _computing(op: str, chosen: Plan | None) -> Plan | None:
+    """The plan with the operation's load functor and epilogue op (every family's planner plans
+    for the launch alone)."""
+    if chosen is None or chosen.ops == ops_of(op):
         return chosen
     return dataclasses.replace(chosen, ops=ops_of(op))
 
@@ -83,11 +88,13 @@ def _choose(layout, itemsize, addresses, limits, method, tuning):
     return None
 
 
-def reduce_plan(layout, itemsize: int, address: int, limits: Limits, tuning=None) -> Plan | None:
-    """The plan of a reduction of each slice to one value (logsumexp): the reduce family's own
-    order of choice (``reduce.py``); ``layout`` from ``_layout.collapse`` with x's strides for
-    both arrays. None: copy the reduced axes last and plan again."""
-    return reduce.plan(layout, itemsize, address, limits, _active if tuning is None else tuning)
+def reduce_plan(layout, itemsize: int, address: int, limits: Limits, tuning=None,
+                op: str = "logsumexp") -> Plan | None:
+    """The plan of a reduction of each slice to one value (``op``, one of ``REDUCTIONS``): the
+    reduce family's own order of choice (``reduce.py``); ``layout`` from ``_layout.collapse``
+    with x's strides for both arrays. None: copy the reduced axes last and plan again."""
+    t = _active if tuning is None else tuning
+    return _computing(op, reduce.plan(layout, itemsize, address, limits, t))
 
 
 def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
@@ -95,10 +102,13 @@ def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
     yield from reduce.templates(itemsize, tuning)
 
 
-def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning=None) -> Plan | None:
-    """The plan of a backward pass over `rows` contiguous rows of `n` elements (the vjp family's
-    own order, ``vjp.py``); None: the caller computes it by array operations."""
-    return vjp.plan(rows, n, itemsize, addresses, limits, _active if tuning is None else tuning)
+def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning=None,
+             op: str = "softmax_vjp") -> Plan | None:
+    """The plan of a backward pass (``op``, one of ``VJPS``) over `rows` contiguous rows of `n`
+    elements (the vjp family's own order, ``vjp.py``); None: the caller computes it by array
+    operations."""
+    t = _active if tuning is None else tuning
+    return _computing(op, vjp.plan(rows, n, itemsize, addresses, limits, t))
 
 
 def vjp_templates(itemsize: int, tuning: Tuning = TUNING):
