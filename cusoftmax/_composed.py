@@ -225,19 +225,33 @@ def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None):
     if st.m.ndim != x.ndim or any(st.m.shape[a] != 1 for a in axes):
         raise ValueError(f"a state of shape {st.m.shape} does not reduce axes {axes} of {x.shape}")
     compute = st.m.dtype
-    m, c, s = st
+    m = st.m
+    k = constant(xp, op, st)
     with _quiet():
         v = _values(xp, x, scale, compute)
         if op == "softmax":
-            inv = xp.where(m == np.inf, np.nan, 1 / (c + s)).astype(compute)
-            y = xp.exp(v - m) * inv
+            y = xp.exp(v - m) * k
             masked = compute.type(0)
         else:
-            y = (v - m) - (xp.log1p(s / c) + xp.log(c)).astype(compute)
+            y = (v - m) - k
             masked = compute.type(-np.inf)
         if where is not None:
             y = xp.where(where, y, masked)
     return _store(xp, y, x.dtype, out)
+
+
+def constant(xp, op, st: State):
+    """Each slice's constant from its state, in the state's compute type: an element's softmax
+    is ``exp(v - m) * k``, ``k = 1 / (c + s)`` (NaN where m is +inf: such a slice is NaN
+    throughout, as SciPy's); its log_softmax ``(v - m) - k``, ``k = log1p(s / c) + log(c)``, so
+    the largest entry is ``-log1p(s / c)`` to the last bit where c is 1."""
+    m, c, s = st
+    with _quiet():
+        if op == "softmax":
+            k = xp.where(m == np.inf, np.nan, 1 / (c + s))
+        else:
+            k = xp.log1p(s / c) + xp.log(c)
+    return k.astype(m.dtype)
 
 
 def _store(xp, y, dtype, out):

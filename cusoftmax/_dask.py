@@ -222,13 +222,7 @@ def _leaves(parts):
 def _normalize_chunk(x, st, where, scale, *, op, axes):
     xp = _module(x)
     if xp is not np and x.dtype == np.float32 and where is None and scale is None:
-        m, c, s = st
-        with np.errstate(all="ignore"):
-            if op == "softmax":  # a slice whose max is +inf is NaN throughout, as SciPy
-                k = xp.where(m == np.inf, np.nan, 1 / (c + s))
-            else:  # the max entry is -log1p(s / c) - log(c), as _composed.normalize
-                k = xp.log1p(s / c) + xp.log(c)
-        return _fused_normalize(op)(x, m.astype(x.dtype), k.astype(x.dtype))
+        return _fused_normalize(op)(x, st.m.astype(x.dtype), _composed.constant(xp, op, st))
     return _composed.normalize(xp, op, x, st, axes, where=where, scale=scale)
 
 

@@ -59,8 +59,7 @@ def log_softmax(x, axes, out=None):
     a time: ``_composed``'s state and normalising, the same bits as on the whole array (in
     fewer passes where x is of its compute type)."""
     compute, acc = compute_types(x.dtype)
-    native = out is None or (out.dtype == x.dtype and out.dtype.isnative)
-    y = np.empty_like(x) if out is None or not native else out
+    y = out if out is not None and out.dtype == x.dtype else np.empty_like(x)  # x: native order
     with np.errstate(all="ignore"):  # NaN and infinities give their results, no warnings
         for p in pieces(x, axes):
             if x.dtype == compute:
@@ -86,8 +85,8 @@ def _log_softmax_piece(x, y, axes, acc) -> None:
     np.copyto(e, 0, where=top)
     s = np.sum(e, axis=axes, keepdims=True, dtype=acc)
     c = np.count_nonzero(top, axis=axes, keepdims=True)
-    k = np.where(m == -np.inf, np.nan, np.log1p(s / c) + np.log(c)).astype(x.dtype)
-    np.subtract(y, k, out=y)
+    k = _composed.constant(np, "log_softmax", _composed.State(m, c, s))
+    np.subtract(y, np.where(m == -np.inf, np.nan, k), out=y)
 
 
 def log_sum(x, axes, return_sign, dtype):
