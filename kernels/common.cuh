@@ -303,6 +303,11 @@ __device__ inline void copy_wait_pending(int n) {
     }
 }
 
+// Blocks of THREADS an SM for __launch_bounds__ that leave a thread 64 registers (half of 2048
+// threads resident), 128 for double: the reduce and vjp kernels (their double exp, log and
+// log1p spilled at 64, ptxas sm_90).
+template <typename T, int THREADS> constexpr int HALF_RESIDENT = 2048 / THREADS / (sizeof(T) == 8 ? 4 : 2);
+
 // B packs of V columns (the same V columns at B steps of a strided axis) as Ld loads them,
 // column by column: w[j][b] is column j at step b.
 template <class Ld, int B, typename T, int V, typename C>
@@ -341,8 +346,8 @@ template <typename C> struct MD {
     acc_t d;
     __device__ static MD identity() { return {neg_inf<C>(), 0.0}; }
     // Adds V elements: m' = max(m, v), d' = d * exp(m - m') + sum Ep::term(v, m') (exp(v - m')
-    // where m' is finite), one rescale per pack. fmax ignores NaN, so m is never NaN; a NaN
-    // element makes d NaN instead.
+    // but for the special cases of ops.cuh), one rescale per pack. fmax ignores NaN, so m is
+    // never NaN; a NaN element makes d NaN instead.
     template <class Ep, int V> __device__ void push_pack(const C (&v)[V]) {
         C pm = v[0];
 #pragma unroll

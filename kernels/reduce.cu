@@ -28,9 +28,7 @@ namespace csm {
 constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
 constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it uses any
 constexpr int COLUMN_STEPS = 4;  // steps of a strided axis a thread loads before it uses any
-// Blocks an SM by the launch bounds: half of 2048 threads (64 registers a thread), a quarter for
-// double (128: its exp, log and log1p spilled at 64, ptxas sm_90).
-template <typename T> constexpr int REDUCE_BLOCKS = 2048 / REDUCE_THREADS / (sizeof(T) == 8 ? 4 : 2);
+template <typename T> constexpr int REDUCE_BLOCKS = HALF_RESIDENT<T, REDUCE_THREADS>;  // launch bounds
 static_assert(REDUCE_THREADS % 32 == 0 && REDUCE_THREADS <= 1024, "whole warps, one block");
 
 // (m, c, s), identity (-inf, 0, 0). fmax ignores NaN, so a NaN element goes to s and makes it

@@ -22,9 +22,7 @@ namespace csm {
 constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of either kernel
 constexpr int VJP_BATCH = 4;  // packs of each array a thread of vjp_block loads before any is used
 static_assert(VJP_THREADS % 32 == 0 && VJP_THREADS <= 1024, "whole warps, one block");
-// Blocks an SM by the launch bounds: half of 2048 threads (64 registers a thread), a quarter for
-// double (128), as the reduce kernels.
-template <typename T> constexpr int VJP_BLOCKS = 2048 / VJP_THREADS / (sizeof(T) == 8 ? 4 : 2);
+template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>;  // launch bounds
 
 // A pack's two inputs as Ld loads them, and the row's terms of them added to `part`.
 template <class Ld, class Ep, typename T, int V, typename C>

@@ -110,7 +110,8 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
         shape = lanes_shape(math.ceil(n / vec), t)
-        warps = limits.sm_count * THREADS_PER_SM // 32 // 2  # resident at 64 registers a thread
+        # resident at 64 registers a thread (HALF_RESIDENT in kernels/common.cuh)
+        warps = limits.sm_count * THREADS_PER_SM // 32 // 2
         if shape is None and (rows >= t.reduce_warp_rows_waves * warps
                               and n * itemsize <= t.reduce_warp_max_bytes):
             shape = (32, t.reduce_lane_max_packs, 1)  # a warp a row, in rounds
