@@ -47,6 +47,18 @@ VJP_TOLERANCE = {  # dtype name: (rtol, atol)
 }
 
 
+def vjp_reference(xp, y, dy, axes, log: bool):
+    """(dx, the size VJP_TOLERANCE's rtol is relative to) of a backward pass in float64, from
+    the forward's output `y` and the gradient `dy` (arrays of module `xp`) over `axes`."""
+    y64, g64 = y.astype(np.float64), dy.astype(np.float64)
+    gmax = xp.abs(g64).max(axis=axes, keepdims=True)
+    if log:
+        total = g64.sum(axis=axes, keepdims=True)
+        return g64 - xp.exp(y64) * total, gmax + xp.abs(total)
+    ref = y64 * (g64 - (y64 * g64).sum(axis=axes, keepdims=True))
+    return ref, gmax * xp.abs(y64).max(axis=axes, keepdims=True)
+
+
 def violations(y, ref, dtype_name: str, table=TOLERANCE, of=None) -> str | None:
     """None when ``y`` (any dtype, host array) meets the bound of `table` against ``ref``
     (float64), else a sentence naming the worst element. `of`: what rtol is relative to

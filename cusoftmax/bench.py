@@ -140,19 +140,12 @@ class Timer:
 def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax", dy=None):
     """Sampled slices of y against a float64 softmax (log_softmax, logsumexp) of the same input;
     for a backward pass, y is dx, x the forward's output and dy the gradient."""
-    from ._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations
+    from ._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations, vjp_reference
 
     if op in VJPS:
-        y64, g64 = (cupy.moveaxis(a, axis, -1).astype(cupy.float64) for a in (x, dy))
-        if op == "log_softmax_vjp":
-            total = g64.sum(axis=-1, keepdims=True)
-            ref, size = g64 - cupy.exp(y64) * total, cupy.abs(g64).max(axis=-1, keepdims=True) + cupy.abs(total)
-        else:
-            ref = y64 * (g64 - (y64 * g64).sum(axis=-1, keepdims=True))
-            size = cupy.abs(g64).max(axis=-1, keepdims=True) * cupy.abs(y64).max(axis=-1, keepdims=True)
-        got = cupy.moveaxis(y, axis, -1).astype(cupy.float64)
-        return violations(cupy.asnumpy(got), cupy.asnumpy(ref), dtype_name, VJP_TOLERANCE,
-                          of=cupy.asnumpy(cupy.broadcast_to(size, ref.shape)))
+        ref, size = vjp_reference(cupy, x, dy, (axis % x.ndim,), op == "log_softmax_vjp")
+        return violations(cupy.asnumpy(y.astype(cupy.float64)), cupy.asnumpy(ref), dtype_name,
+                          VJP_TOLERANCE, of=cupy.asnumpy(cupy.broadcast_to(size, ref.shape)))
     if op == "logsumexp":
         x64 = cupy.moveaxis(x, axis, -1).astype(cupy.float64)
         m = x64.max(axis=-1)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import planning
-from cusoftmax._accuracy import LOG_TOLERANCE, VJP_TOLERANCE, violations
+from cusoftmax._accuracy import LOG_TOLERANCE, VJP_TOLERANCE, violations, vjp_reference
 from cusoftmax._layout import Layout, normalize_axes
 from cusoftmax.planning import TUNING, grid
 from _support import (BF16, FLOAT_DTYPES, assert_same_bits, assert_softmax, block_max_cols, build, cluster_held_cols, cluster_policy_cols,
@@ -694,14 +694,7 @@ def test_fast_path_keeps_the_operations_apart():
 
 # ---- the backward passes: the vjp family (kernels/vjp.cu).
 def assert_vjp(dx, y, dy, axis, log):
-    y64, g64 = (to_host(a).astype(np.float64) for a in (y, dy))
-    axes = normalize_axes(axis, y64.ndim)
-    if log:
-        ref = g64 - np.exp(y64) * g64.sum(axis=axes, keepdims=True)
-        size = np.abs(g64).max(axis=axes, keepdims=True) + np.abs(g64.sum(axis=axes, keepdims=True))
-    else:
-        ref = y64 * (g64 - (y64 * g64).sum(axis=axes, keepdims=True))
-        size = np.abs(g64).max(axis=axes, keepdims=True) * np.abs(y64).max(axis=axes, keepdims=True)
+    ref, size = vjp_reference(np, to_host(y), to_host(dy), normalize_axes(axis, y.ndim), log)
     dx = to_host(dx)
     msg = violations(dx, ref, dx.dtype.name, VJP_TOLERANCE, of=np.broadcast_to(size, ref.shape))
     assert msg is None, msg
