@@ -44,8 +44,9 @@ def result_dtype(dtype, on_gpu: bool = False) -> np.dtype:
 
 
 # Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, axis type,
-# address % 16, array's device, current device) -> (the tuning it was planned with, run(x, y)
-# writing the result into y, a new array like x).
+# address % 16, array's device, current device, operation) -> (the tuning it was planned with,
+# run(x, y) writing the result into y, a new array like x; for softmax_topk, whose operation is
+# a tuple with k and the flags, run(x) returning the result).
 # Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice, which
 # returns the current device's id) are set with the first entry; until then no input takes the
 # fast path.
@@ -337,17 +338,25 @@ def _remember(x, axis, run, op) -> None:
         _fast[_fast_key(x, axis, op)] = (planning.active(), run)
 
 
-def fast_call(x, axis, op):
-    """`op` of a CuPy array by a call remembered from an earlier one like it, or None (the
-    caller has checked that x is a cupy.ndarray and that no other argument is given)."""
+def remembered(x, axis, op):
+    """The run remembered for a call like this one (x a cupy.ndarray), or None."""
     try:
         hit = _fast.get(_fast_key(x, axis, op))
     except TypeError:  # an unhashable axis (a list): the general path says what is wrong
         return None
     if hit is None or hit[0] is not planning.active():  # else planned again under this one
         return None
+    return hit[1]
+
+
+def fast_call(x, axis, op):
+    """`op` of a CuPy array by a call remembered from an earlier one like it, or None (the
+    caller has checked that x is a cupy.ndarray and that no other argument is given)."""
+    run = remembered(x, axis, op)
+    if run is None:
+        return None
     y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
-    hit[1](x, y)
+    run(x, y)
     return y
 
 

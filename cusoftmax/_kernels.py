@@ -29,6 +29,8 @@ FILES = {
     "reduce_columns": "reduce.cu",
     "vjp_lanes": "vjp.cu",
     "vjp_block": "vjp.cu",
+    "topk_lanes": "topk.cu",
+    "topk_block": "topk.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 LANGUAGE = ("-std=c++17",)
@@ -107,14 +109,14 @@ def _bound(plan, dtype_name, device_id, tuning):
 
 def _launcher(plan, fn, tail):
     """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y (``plan.inputs``
-    inputs, then the output: ``run(y, dy, dx)`` for a backward pass) on the current stream
-    through the driver, with their device addresses followed by the fixed integer arguments
-    ``tail``; the plan's workspace, if any, is allocated, its head zeroed on the same stream,
-    and passed after the output. Every argument has an 8-byte slot (an int parameter
-    reads the low 4 bytes, little-endian), packed once per thread; a call writes only the
-    addresses. This costs about the driver's launch alone, where a RawKernel call converts each
-    argument again (tools/host_launch.py measures both). A cooperative plan has every block
-    resident at once, or the launch fails."""
+    inputs, then ``plan.outputs`` outputs: ``run(y, dy, dx)`` for a backward pass, ``run(x,
+    values, indices)`` for a top-k) on the current stream through the driver, with their device
+    addresses followed by the fixed integer arguments ``tail``; the plan's workspace, if any, is
+    allocated, its head zeroed on the same stream, and passed after the outputs. Every argument
+    has an 8-byte slot (an int parameter reads the low 4 bytes, little-endian), packed once per
+    thread; a call writes only the addresses. This costs about the driver's launch alone, where
+    a RawKernel call converts each argument again (tools/host_launch.py measures both). A
+    cooperative plan has every block resident at once, or the launch fails."""
     import ctypes
 
     import cupy
@@ -123,7 +125,7 @@ def _launcher(plan, fn, tail):
     ptr, grid, block, smem = fn.kernel.ptr, plan.grid, plan.block, plan.smem
     cooperative, workspace = plan.cooperative, plan.workspace()
     current_stream = cupy.cuda.get_current_stream
-    arrays = plan.inputs + 1
+    arrays = plan.inputs + plan.outputs
     pointers = arrays + (workspace is not None)
     n = pointers + len(tail)
     per_thread = threading.local()  # a slot buffer is written and read by one launch at a time

@@ -18,7 +18,7 @@ import operator
 import numpy as np
 from numpy.exceptions import AxisError
 
-from . import _api, _arrays, _family
+from . import _api, _arrays, _family, _kernels, planning
 from . import _composed as C
 
 
@@ -162,8 +162,9 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     included: a slice holding +inf is all NaN (with `log`: NaN at the +inf entries, -inf
     elsewhere); a slice of all -inf is NaN. With `renormalize` they are the softmax of the `k`
     chosen values, NaN for a slice holding NaN anywhere. Half types are computed in float32,
-    float64 in float64. On the GPU this runs as CuPy array operations on the current stream (a
-    partition and a sort of the candidates) until a fused kernel takes it.
+    float64 in float64. On the GPU, float16, bfloat16 and float32 without `where` and `scale`
+    take one read of `x` by the topk kernels (k up to 256); the rest runs as CuPy array
+    operations on the current stream (a partition and a sort of the candidates).
 
     Examples
     --------
@@ -172,6 +173,10 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     >>> p, i
     (array([0.6, 0.3]), array([1, 2]))
     """
+    if type(x) is _api._fast_type and out is None and where is None and scale is None:
+        run = _api.remembered(x, axis, ("softmax_topk", k, type(k), log, renormalize))
+        if run is not None:
+            return run(x)
     if _arrays.is_dask(x, where, scale):
         raise TypeError("softmax_topk does not take Dask arrays yet: compute the array first, "
                         "or map it over chunks that hold whole slices")
@@ -184,17 +189,27 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     dst = _pair_out(out, c, shape)
     w, s = _family._where(where, c), _family._scale(scale, c)
     xp = _family._xp(c)
+    remember = (x, axis, ("softmax_topk", k, type(k), log, renormalize))
     with _family._on_device(c):
-        values, indices = _topk(xp, c, ax, shape, w, s, log, renormalize, dst)
+        values, indices = _topk(xp, c, ax, shape, w, s, log, renormalize, dst, remember)
     if dst is not None:
         return out
     return c.src.wrap(values), c.src.wrap(indices)
 
 
-def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst):
-    """The (values, indices) of a checked call, written into `dst` where given."""
+def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst, remember=None):
+    """The (values, indices) of a checked call, written into `dst` where given. ``remember``:
+    (the caller's x, axis, key) for the fast path's table, where the kernels take the call."""
     if c.array.size == 0:
         return dst or (xp.empty(shape, c.dtype), xp.empty(shape, np.int64))
+    if xp is not np and w is None and s is None:
+        fused = _fused(c, ax, shape[ax], log, renormalize, None if dst else remember)
+        if fused is not None:
+            if dst is None:
+                return fused
+            xp.copyto(dst[0], fused[0])
+            xp.copyto(dst[1], fused[1])
+            return dst
     compute = C.compute_types(c.dtype)[0]
     axes, k = (ax,), shape[ax]
     v = C._values(xp, c.array.astype(c.dtype, copy=False), s, compute)
@@ -219,3 +234,46 @@ def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst):
         return values.astype(c.dtype, copy=False), indices
     xp.copyto(dst[1], indices)
     return dst
+
+
+def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember=None):
+    """(values, indices) of a GPU call by the topk kernels, or None where no plan takes it (a
+    dtype of ``planning.TOPK_TYPES``; rows contiguous along the axis, copied where not). The
+    launch enters the fast path's table where `remember` is given and x is the caller's
+    C-contiguous array reduced along its last axis."""
+    import cupy
+
+    if c.dtype.name not in planning.TOPK_TYPES:
+        return None
+    x = c.array.astype(c.dtype, copy=False)
+    last = ax == x.ndim - 1
+    x = x if last else cupy.moveaxis(x, ax, -1)
+    n = x.shape[-1]
+    rows = x.size // n
+    if x.flags.c_contiguous:
+        ldx = n
+    elif x.ndim == 2 and x.strides[1] == x.itemsize and x.strides[0] % x.itemsize == 0:
+        ldx = x.strides[0] // x.itemsize  # rows at a stride: read in place
+    else:
+        x, ldx = cupy.ascontiguousarray(x), n
+    device = x.device.id
+    tuning = planning.active()
+    plan = planning.topk_plan(rows, n, ldx, k, renormalize, x.itemsize, x.data.ptr % 16,
+                              planning.device_limits(device), tuning,
+                              "log_softmax" if log else "softmax")
+    if plan is None:
+        return None
+    launch = _kernels.bind(plan, None, c.dtype.name, device, tuning)
+    shape, dtype, new = x.shape[:-1] + (k,), c.dtype, cupy.ndarray
+
+    def run(x):
+        values, indices = new(shape, dtype), new(shape, np.int64)
+        launch(x, values, indices)
+        return values, indices
+
+    values, indices = run(x)
+    if remember is not None and remember[0] is x:  # no conversion, move or copy was made
+        _api._remember(x, remember[1], run, remember[2])
+    if last:
+        return values, indices
+    return cupy.moveaxis(values, -1, ax), cupy.moveaxis(indices, -1, ax)

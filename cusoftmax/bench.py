@@ -18,6 +18,9 @@ time the backward passes on y (our forward's output) and a random dy, GB/s count
 and dx written, against torch's ``_softmax_backward_data`` (``_log_softmax_backward_data``) and
 ``jax.vjp`` of the forward under ``jit`` (which runs the forward too, from x).
 
+``--op softmax_topk`` times softmax_topk on its own cases against the peers' two-op versions
+(cusoftmax/_bench_topk.py).
+
 ``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
 clock, the two taken in turn, each timed call after an untimed one of its own (median of the
 repeats); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
@@ -46,7 +49,7 @@ AXIS0_SHAPES = [(4096, 16384), (16384, 4096)]  # softmax over axis 0, C-contiguo
 LONG_ROWS = [2**24, 2**27]  # float32, one row each
 # Operations named alike in cusoftmax, cupyx.scipy.special, torch and jax.nn, and the passes
 # over the tensor each needs at least (GB/s counts them): a read and a write, or a read alone.
-BENCH_OPS = ("softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp")
+BENCH_OPS = ("softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp", "softmax_topk")
 PASSES = {"softmax": 2, "log_softmax": 2, "logsumexp": 1, "softmax_vjp": 3, "log_softmax_vjp": 3}
 VJPS = {"softmax_vjp": "softmax", "log_softmax_vjp": "log_softmax"}  # backward pass: its forward
 
@@ -328,6 +331,10 @@ def main(argv=None):
         from ._bench_dask import main as dask_main
 
         return dask_main(args)
+    if args.op == "softmax_topk":
+        from ._bench_topk import main as topk_main
+
+        return topk_main(args)
     try:
         import cupy
 

@@ -303,6 +303,21 @@ __device__ inline void copy_wait_pending(int n) {
     }
 }
 
+// After a block published a chunk's partial (by thread 0, or by threads that each fenced their
+// writes and then met at a barrier): counts it; true, on every thread, where that made the
+// line's chunks all counted (this block then merges the line). `flag`: shared.
+__device__ inline bool count_chunk(unsigned* count, long long chunks, int* flag) {
+    if (threadIdx.x == 0) {
+        __threadfence();  // the partial before the count
+        *flag = atomicAdd(count, 1u) == unsigned(chunks - 1);
+    }
+    __syncthreads();
+    const bool last = *flag;
+    if (last) __threadfence();  // the other blocks' partials are seen after their counts
+    __syncthreads();  // flag is written again only after this
+    return last;
+}
+
 // Blocks of THREADS an SM for __launch_bounds__ that leave a thread 64 registers (half of 2048
 // threads resident), 128 for double: the reduce and vjp kernels (their double exp, log and
 // log1p spilled at 64, ptxas sm_90).

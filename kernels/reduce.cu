@@ -220,20 +220,6 @@ struct ReduceWork {
     }
 };
 
-// After thread 0 published a chunk's partial: counts it; true, on every thread, where that made
-// the line's chunks all counted (this block then merges the line). `flag`: shared.
-__device__ inline bool count_chunk(unsigned* count, long long chunks, int* flag) {
-    if (threadIdx.x == 0) {
-        __threadfence();  // the partial before the count
-        *flag = atomicAdd(count, 1u) == unsigned(chunks - 1);
-    }
-    __syncthreads();
-    const bool last = *flag;
-    if (last) __threadfence();  // the other blocks' partials are seen after their counts
-    __syncthreads();  // flag is written again only after this
-    return last;
-}
-
 // Rows of n elements in chunks of `chunk` (a multiple of V): blocks take (row, chunk) items t,
 // t + gridDim.x, ...; a row of one chunk is written by its block at once, else each chunk's
 // state goes to the workspace, and the block that counts a row's last chunk merges the row's

@@ -31,6 +31,8 @@ def _expressions(filename, arch):
             made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
                     else planning.vjp_templates(itemsize) if op in planning.VJPS
                     else planning.templates(itemsize, clusters=arch >= "90"))
+            if op in ("softmax", "log_softmax") and dtype_name in planning.TOPK_TYPES:
+                made = [*made, *planning.topk_templates(itemsize)]
             for kernel, template in made:
                 if _kernels.FILES[kernel] == filename:
                     yield _kernels.name_expression(kernel, dtype_name, template, planning.ops_of(op))

@@ -571,7 +571,7 @@ def test_name_expressions_take_the_load_and_epilogue():
         "csm::online<csm::Plain, csm::Softmax, __nv_bfloat16, 8>"
     assert set(_kernels.FILES) == {k for isz in (2, 4, 8)
                                    for k, _ in (*d.templates(isz), *d.reduce_templates(isz),
-                                                *d.vjp_templates(isz))}
+                                                *d.vjp_templates(isz), *d.topk_templates(isz))}
 
 
 def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
@@ -669,3 +669,35 @@ def test_vjp_plans_by_row_length():
     assert plan(2 * H200.sm_count - 1, 2**20) is None and plan(2 * H200.sm_count, 2**20) is not None
     p = plan(4096, 3000)
     assert p.inputs == 2 and p.args(Layout(4096, 3000, 1, (3000, 1), (3000, 1))) == (4096, 3000)
+
+
+def test_topk_plans_by_row_length_and_k():
+    """softmax_topk's own order (planning/topk.py): a warp's lanes for rows of up to 32 *
+    topk_lane_elements and k up to 32; blocks streaming longer rows, cut into chunks where rows are few; array operations
+    (None) past k = 256."""
+    def plan(rows, n, k, itemsize=4, address=0, ldx=None, op="softmax"):
+        return d.topk_plan(rows, n, n if ldx is None else ldx, k, False, itemsize, address, H200, t, op)
+
+    moe = plan(65536, 256, 8)
+    per = t.topk_lane_elements
+    assert moe.kernel == "topk_lanes" and moe.template == (256 // per, per, 32)
+    assert moe.ops == ("Plain", "Softmax") and moe.outputs == 2 and moe.workspace() is None
+    assert moe.args() == (65536, 256, 256, 8, 0)
+    assert plan(65536, 8, 2).template == (1, per, min(32, per))
+    assert plan(100, 64, 4).template == (64 // per, per, 32)
+    assert plan(100, 64, 4, op="log_softmax").ops == ("Plain", "LogSoftmax")
+    assert plan(100, 256, 33).kernel == "topk_block"
+    assert plan(100, 32 * per, 8).kernel == "topk_lanes" and plan(100, 32 * per + 1, 8).kernel == "topk_block"
+    vocab = plan(256, 262144, 64)
+    assert vocab.kernel == "topk_block" and vocab.template == (4, 64)
+    assert vocab.chunks == math.ceil(t.topk_items_per_sm * H200.sm_count / 256) == 3
+    assert vocab.chunk * vocab.chunks >= 262144 and vocab.chunk % 4 == 0
+    beam = plan(8, 50257, 16, itemsize=2, address=2, ldx=50257)  # off 16-byte boundaries: elements
+    assert beam.template == (1, 32) and beam.chunks == 50257 // t.topk_min_chunk == 12
+    nbytes, head = beam.workspace()
+    assert head == 32 and nbytes == head + 8 * 12 * (8 * 32 + 16)
+    assert plan(1, 2**20, 256).chunks == t.topk_max_chunks and plan(1, 2**20, 256).template == (4, 256)
+    assert plan(1, 2**20, 65).template == (4, 256) and plan(1, 2**20, 64).template == (4, 64)
+    assert plan(10, 1000, 257) is None and plan(10, 300, 256).kernel == "topk_block"
+    for p, itemsize in ((moe, 4), (vocab, 4), (beam, 2)):
+        assert (p.kernel, p.template) in set(d.topk_templates(itemsize))

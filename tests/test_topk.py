@@ -288,3 +288,95 @@ def test_torch_pair_in_and_out():
     out = (torch.empty_like(values), torch.empty_like(indices))
     assert cusoftmax.softmax_topk(x, 8, log=True, out=out) is out
     assert torch.equal(out[0], values) and torch.equal(out[1], indices)
+
+
+# Tunings that send every call to one topk kernel (planning/topk.py): the default order,
+# topk_block alone, topk_block with rows cut in many chunks (the workspace merge).
+TOPK_KERNELS = {"default": {}, "block": {"topk_lane_max_k": 0},
+                "chunks": {"topk_lane_max_k": 0, "topk_min_chunk": 64, "topk_items_per_sm": 10**6}}
+
+
+def _rows(rng, rows, n, kind):
+    if kind == "normal":
+        return rng.standard_normal((rows, n)) * 3
+    if kind == "ties":  # the k-th value shared by many positions
+        return rng.integers(-3, 4, size=(rows, n)).astype(np.float64)
+    if kind == "ascending":  # every element beats the warps' bounds: merges all the way
+        return np.broadcast_to(np.arange(n, dtype=np.float64) / n, (rows, n)).copy()
+    a = rng.standard_normal((rows, n))  # special rows among ordinary ones
+    a[0, n // 3] = nan
+    a[min(1, rows - 1), ::2] = -inf
+    a[min(2, rows - 1), n - 1] = inf
+    a[min(3, rows - 1)] = -inf
+    return a
+
+
+@requires_gpu
+@pytest.mark.parametrize("kernels", sorted(TOPK_KERNELS))
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16), BF16], ids=str)
+def test_every_topk_kernel_matches_argsort_and_scipy(kernels, dtype):
+    """Each kernel of the topk family (forced by its tuning) on short, long and very long rows,
+    k from 1 to 256 and every flag: indices exactly NumPy's, values within the bounds; the same
+    bits on a second call."""
+    import dataclasses
+
+    import cupy
+
+    from cusoftmax import planning
+
+    rng = np.random.default_rng(21)
+    tuning = dataclasses.replace(planning.TUNING, **TOPK_KERNELS[kernels])
+    shapes = [(5, 7), (33, 64), (300, 256), (4, 257), (6, 3001), (2, 50257), (1, 70000)]
+    with planning.use(tuning):
+        for rows, n in shapes:
+            for kind in ("normal", "ties", "ascending", "special"):
+                a = _rows(rng, rows, n, kind).astype(dtype)
+                x = cupy.asarray(a)
+                for k in sorted({1, 3, 8, 32, 33, 64, 200, 256, n} & set(range(1, min(n, 256) + 1))):
+                    plan = planning.topk_plan(rows, n, n, k, False, dtype.itemsize, x.data.ptr % 16,
+                                              planning.device_limits(x.device.id))
+                    assert plan is not None
+                    if kernels != "default":
+                        assert plan.kernel == "topk_block"
+                    if kernels == "chunks" and n >= 3001:
+                        assert plan.chunks > 1
+                    log, renormalize = bool(k % 2), k in (3, 64, n)
+                    got = cusoftmax.softmax_topk(x, k, log=log, renormalize=renormalize)
+                    assert_topk(got, x, 1, k, log=log, renormalize=renormalize)
+                    again = cusoftmax.softmax_topk(x, k, log=log, renormalize=renormalize)
+                    assert_same_bits(again[0], to_host(got[0]))
+                    np.testing.assert_array_equal(to_host(again[1]), to_host(got[1]))
+
+
+@requires_gpu
+def test_topk_kernels_on_strided_rows_and_other_axes():
+    """Rows at a stride are read in place, an axis other than the last through a copy: the
+    results of the contiguous rows."""
+    import cupy
+
+    rng = np.random.default_rng(5)
+    a = cupy.asarray(rng.standard_normal((40, 3000)).astype(np.float32))
+    for view, axis in ((a[:, 7:2007], 1), (a[::3, :], 1), (a[:, :64].T, 0), (a[:, 1:100].T, 0)):
+        for k in (1, 5, 40):
+            assert_topk(cusoftmax.softmax_topk(view, k, axis=axis), view, axis, k)
+
+
+@requires_gpu
+def test_topk_fast_path_gives_the_first_calls_result():
+    """A second call like the first is launched from the fast path's table, with the same bits;
+    a call that differs in k, a flag or the type of k misses it."""
+    import cupy
+
+    from cusoftmax import _api
+
+    x = cupy.asarray(np.random.default_rng(2).standard_normal((6, 300)).astype(np.float32))
+    first = cusoftmax.softmax_topk(x, 5, renormalize=True)
+    assert _api._fast_key(x, -1, ("softmax_topk", 5, int, False, True)) in _api._fast
+    again = cusoftmax.softmax_topk(x, 5, renormalize=True)
+    assert again[0] is not first[0]
+    assert_same_bits(again[0], to_host(first[0]))
+    np.testing.assert_array_equal(to_host(again[1]), to_host(first[1]))
+    assert_topk(cusoftmax.softmax_topk(x, 5), x, 1, 5)
+    assert_topk(cusoftmax.softmax_topk(x, 5, log=True), x, 1, 5, log=True)
+    with pytest.raises(TypeError, match="bool"):
+        cusoftmax.softmax_topk(x, True)

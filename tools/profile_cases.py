@@ -1,6 +1,7 @@
 """One call of cusoftmax per case, for a profiler: `ncu ... python3 tools/profile_cases.py`.
 
-Cases are 'dtype:rows:cols:axis' arguments (default: one per kernel family at 2**26 elements)."""
+Cases are 'dtype:rows:cols:axis' arguments (default: one per kernel family at 2**26 elements);
+'topk dtype:rows:cols:k ...' runs softmax_topk of the last axis instead (as run s32-3)."""
 
 import sys
 
@@ -14,12 +15,15 @@ DEFAULT = ["bfloat16:2097152:32:-1", "bfloat16:262144:256:-1", "float32:64:10485
            "bfloat16:128:524288:-1", "float32:4096:16384:0", "bfloat16:16384:4096:0"]
 
 
-def main(cases):
+def main(cases, topk=False):
     for case in cases:
-        name, rows, cols, axis = case.split(":")
+        name, rows, cols, last = case.split(":")
         dtype = _dtype(cupy, name)
         x = (cupy.random.default_rng(0).standard_normal((int(rows), int(cols)), dtype=cupy.float32) * 3).astype(dtype)
-        cusoftmax.softmax(x, axis=int(axis))
+        if topk:
+            cusoftmax.softmax_topk(x, int(last))
+        else:
+            cusoftmax.softmax(x, axis=int(last))
         cupy.cuda.Device().synchronize()
         print("ran", case, flush=True)
 
@@ -54,5 +58,7 @@ def host_breakdown():
 if __name__ == "__main__":
     if sys.argv[1:] == ["host"]:
         host_breakdown()
+    elif sys.argv[1:2] == ["topk"]:
+        main(sys.argv[2:], topk=True)
     else:
         main(sys.argv[1:] or DEFAULT)

@@ -2,7 +2,7 @@
 
 ``ORDER`` below is the whole order of choice of the kernels that write every element (softmax,
 log_softmax; the reductions to one value a slice, logsumexp, have their own in ``reduce.py``, and
-the backward passes in ``vjp.py``).
+the backward passes in ``vjp.py``, softmax with top-k in ``topk.py``).
 Each entry names a kernel family, the layouts it takes (contiguous rows, or a strided reduced
 axis) and when the default takes it; the first entry that applies and whose planner returns a
 plan wins (a planner returns None where its kernel cannot hold the case: the next entry takes
@@ -18,15 +18,17 @@ import dataclasses
 from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
-from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles, vjp
+from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles, topk, vjp
 from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
                      Case, Limits, Plan, device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
 __all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
-           "REDUCTIONS", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
+           "REDUCTIONS", "TOPK_TYPES", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
            "cuda_defines", "device_limits", "ops_of", "plan", "reduce_plan", "reduce_templates",
-           "templates", "use", "vector_width", "vjp_plan", "vjp_templates"]
+           "templates", "topk_plan", "topk_templates", "use", "vector_width", "vjp_plan",
+           "vjp_templates"]
+TOPK_TYPES = topk.TOPK_TYPES
 
 
 class Entry(NamedTuple):
@@ -114,6 +116,20 @@ def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning
 def vjp_templates(itemsize: int, tuning: Tuning = TUNING):
     """Every (kernel, template arguments) of the vjp family for one element size."""
     yield from vjp.templates(itemsize, tuning)
+
+
+def topk_plan(rows: int, n: int, ldx: int, k: int, renorm: bool, itemsize: int, address: int,
+              limits: Limits, tuning=None, op: str = "softmax") -> Plan | None:
+    """The plan of ``softmax_topk`` over `rows` rows of `n` contiguous elements, row r at r *
+    `ldx` (the topk family's own order, ``topk.py``); ``op``: softmax or log_softmax, the values'
+    epilogue. None: the caller computes it by array operations."""
+    t = _active if tuning is None else tuning
+    return _computing(op, topk.plan(rows, n, ldx, k, renorm, itemsize, address, limits, t))
+
+
+def topk_templates(itemsize: int, tuning: Tuning = TUNING):
+    """Every (kernel, template arguments) of the topk family for one element size."""
+    yield from topk.templates(itemsize, tuning)
 
 
 def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING):

@@ -85,7 +85,8 @@ class Plan:
 
     method: ClassVar[str]  # the family, as ``method=`` names it
     cooperative: ClassVar[bool] = False  # every block resident at once (see GridPlan.resident)
-    inputs: ClassVar[int] = 1  # arrays the kernel reads, before the one it writes
+    inputs: ClassVar[int] = 1  # arrays the kernel reads, before those it writes
+    outputs: ClassVar[int] = 1  # arrays the kernel writes
     vec: int  # elements per vector access
     grid: int
     block: int

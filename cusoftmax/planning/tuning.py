@@ -113,6 +113,17 @@ class Tuning:
     vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: array operations [vjp-1]
     vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
     vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
+    # topk (softmax and top-k in one read)
+    topk_threads: int = 256  # (CUDA) threads a block; 8 warps' lists in 40 KiB at K = 256 [topk-1]
+    topk_blocks_per_sm: int = 3  # (CUDA) launch bound, 80 registers; 4 ran k=1 25% slower [topk-1]
+    topk_lane_elements: int = 16  # a lane's in topk_lanes: 65536x256 k=8 86 us (8: 100) [topk-1]
+    topk_lane_max_k: int = 32  # k of topk_lanes at most: k rounds of shuffles each [topk-1]
+    topk_max_k: int = 256  # k of topk_block at most: K a thread in its final merge [topk-1]
+    topk_max_cols: int = 2**30  # positions and offsets in int, with steps past the row's end [topk-1]
+    topk_waves: int = 4  # full residencies at most; blocks loop over items [topk-1]
+    topk_items_per_sm: int = 4  # (row, chunk) items wanted an SM, where rows are few [topk-1]
+    topk_min_chunk: int = 4096  # elements a chunk at least: 4 steps of 256 threads' packs [topk-1]
+    topk_max_chunks: int = 32  # chunks a row at most: the last block merges 7 lists a round [topk-1]
 
     def __hash__(self):
         # Worked out once: _api's fast path and the plan and kernel caches hash it at each call.
@@ -156,5 +167,7 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "SLAB_SCRATCH": tuning.slab_scratch,
         "REDUCE_THREADS": tuning.reduce_threads,
         "VJP_THREADS": tuning.vjp_threads,
+        "TOPK_THREADS": tuning.topk_threads,
+        "TOPK_BLOCKS": tuning.topk_blocks_per_sm,
     }
     return tuple(f"-DCSM_{name}={value}" for name, value in values.items())
