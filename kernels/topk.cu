@@ -132,11 +132,14 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 
 // Shared memory of topk_block: two sides of every warp's list of its K least keys so far
 // (ascending, NO_KEY past them; a merge reads one side and writes the other) and its
-// candidates; the least k-th key any warp has had (no element above it can be chosen).
+// candidates; the least k-th key any warp has had, and each warp's ceil(k / TOPK_WARPS)-th key
+// (share), the largest of which has k keys at or below it in the block's lists: no element
+// above either can be chosen.
 template <int K> struct TopkShared {
     Key lists[2][TOPK_WARPS * K];
     Key cand[TOPK_WARPS][TOPK_CAP];
     Key bound;
+    Key share[TOPK_WARPS];
     acc_t red[32];
     int flag;
 };
@@ -202,6 +205,16 @@ template <int K> __device__ inline Key* merge_lists(Key* src, Key* dst, int L) {
     return src;
 }
 
+// The block's bound: the lesser of sh.bound and the largest share (keys only fall, so any
+// value read is a bound).
+template <int K> __device__ inline Key block_bound(const TopkShared<K>& sh) {
+    const volatile Key* share = sh.share;
+    Key m = share[0];
+#pragma unroll
+    for (int w = 1; w < TOPK_WARPS; ++w) m = max(m, share[w]);
+    return min(m, *static_cast<const volatile Key*>(&sh.bound));
+}
+
 // A warp's gathering: the bound key thr (the least k-th key it knows) and its value tv, its
 // candidates' count, its list's side; the same on every lane but thr and tv (a lane may have
 // read a newer block bound: either is a bound).
@@ -215,8 +228,8 @@ template <int V> struct Values { float v[V]; };
 // A pack that may hold passing elements (some lane's max met the bound), at position c of the
 // chunk at `begin`: the exact key test of each element, passing keys appended in lane order,
 // and a merge of the candidates into the warp's list once `trigger` are held (the bound then
-// rises: it moves only at merges), its new k-th key shared through sh.bound. Out of line: the
-// streaming loop keeps its registers.
+// rises: it moves only at merges), its new k-th key and share published in sh. Out of line:
+// the streaming loop keeps its registers.
 template <int K, int V>
 __device__ __noinline__ Gather offer(Gather g, Values<V> u, int c, int len, int begin, int k, int trigger,
                                     TopkShared<K>& sh) {
@@ -233,10 +246,14 @@ __device__ __noinline__ Gather offer(Gather g, Values<V> u, int c, int len, int 
             warp_merge<K>(sh.lists[g.side] + warp * K, sh.lists[g.side ^ 1] + warp * K, cand, g.cnt);
             g.side ^= 1;
             g.cnt = 0;
-            g.thr = sh.lists[g.side][warp * K + k - 1];
-            if (lane == 0) atomicMin(&sh.bound, g.thr);
+            const Key* list = sh.lists[g.side] + warp * K;
+            g.thr = list[k - 1];
+            if (lane == 0) {
+                atomicMin(&sh.bound, g.thr);
+                atomicExch(&sh.share[warp], list[(k + TOPK_WARPS - 1) / TOPK_WARPS - 1]);
+            }
             __syncwarp();
-            g.thr = min(g.thr, *static_cast<volatile Key*>(&sh.bound));
+            g.thr = min(g.thr, block_bound(sh));
             g.tv = value_of(g.thr);
         }
     }
@@ -258,9 +275,9 @@ struct TopkWork {
 
 // Rows of n elements cut in chunks of `chunk` (a multiple of V): blocks take (row, chunk) items
 // t, t + gridDim.x, ... A thread's packs at warp bases (warp * 32 + lane) * V + i * TOPK_THREADS
-// * V, so a warp's lanes walk the same steps. Each pack's max first meets the value tv of the
-// warp's bound (a float compare, one vote a pack); where any lane's passes, its elements take
-// the exact key test (offer), and passing keys join the warp's candidates. A row of one chunk is
+// * V, so a warp's lanes walk the same steps. Each batch's max first meets the value tv of the
+// warp's bound (a float compare, one vote a batch), then each pack's; where any lane's passes,
+// its elements take the exact key test (offer), and passing keys join the warp's candidates. A row of one chunk is
 // written by its block; else every block publishes its list and (m, d), and the block that
 // counts a row's last chunk merges the row's (TOPK_WARPS - 1 lists at a time; the states in
 // chunk order).
@@ -284,6 +301,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
         const int part = int(t % chunks), begin = part * chunk, len = min(chunk, n - begin);
         const T* xr = x + row * ldx + begin;
         for (int p = lane; p < K; p += 32) sh.lists[0][warp * K + p] = NO_KEY;
+        if (lane == 0) sh.share[warp] = NO_KEY;
         if (threadIdx.x == 0) sh.bound = NO_KEY;
         __syncthreads();
         Gather g{NO_KEY, key_value(~0u), 0, 0};  // tv NaN: every value passes
@@ -296,26 +314,39 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
 #pragma unroll
             for (int b = 0; b < TOPK_BATCH; ++b)
                 next[b] = load_row_word<T, V>(xr, c0 + (TOPK_BATCH + b) * STEP + base - warp * 32 * V, len, neg_inf<C>());
-            const Key seen = *static_cast<volatile Key*>(&sh.bound);
+            const Key seen = block_bound(sh);
             if (seen < g.thr) {
                 g.thr = seen;
                 g.tv = value_of(seen);
             }
+            // The batch's values (-inf past the chunk: no term, no max, no offer), pushed at
+            // once (one rescale check a batch), and its max against the bound first.
+            C u[TOPK_BATCH * V];
 #pragma unroll
             for (int b = 0; b < TOPK_BATCH; ++b) {
-                if (base + b * STEP >= len) break;
-                C u[V];
-                unpack_word<T, V>(w[b], u);
-                Ld::load(u);
-                st.template push_pack<Ep>(u);
-                C pm = u[0];
+                C p[V];
+                unpack_word<T, V>(w[b], p);
+                Ld::load(p);
 #pragma unroll
-                for (int j = 1; j < V; ++j) pm = fmax(pm, u[j]);  // NaN: pm is NaN only if all are
-                if (!__any_sync(0xffffffffu, !(pm < g.tv))) continue;
-                Values<V> vs;
+                for (int j = 0; j < V; ++j) u[b * V + j] = p[j];
+            }
+            st.template push_pack<Ep>(u);
+            C bm = u[0];
 #pragma unroll
-                for (int j = 0; j < V; ++j) vs.v[j] = u[j];
-                g = offer<K, V>(g, vs, base + b * STEP + lane * V, len, begin, k, trigger, sh);
+            for (int j = 1; j < TOPK_BATCH * V; ++j) bm = fmax(bm, u[j]);  // NaN only if all are
+            if (__any_sync(0xffffffffu, !(bm < g.tv))) {
+#pragma unroll
+                for (int b = 0; b < TOPK_BATCH; ++b) {
+                    Values<V> vs;
+                    C pm = u[b * V];
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        vs.v[j] = u[b * V + j];
+                        pm = fmax(pm, vs.v[j]);
+                    }
+                    if (__any_sync(0xffffffffu, !(pm < g.tv)))
+                        g = offer<K, V>(g, vs, base + b * STEP + lane * V, len, begin, k, trigger, sh);
+                }
             }
 #pragma unroll
             for (int b = 0; b < TOPK_BATCH; ++b) w[b] = next[b];
