@@ -119,7 +119,7 @@ def test_blocks_that_loop_over_lines(method, shape, axis, dtype):
     x = cupy.asarray(make_values(np.random.default_rng(9), shape, np.dtype(dtype)))
     strides = _api._elem_strides(x)
     layout, plan = _api._plan(x.shape, strides, strides, normalize_axes(axis, x.ndim), x.itemsize,
-                              (0, 0), x.device.id, method, TUNING)
+                              (0, 0), x.device.id, method, TUNING, "softmax")
     plan = dataclasses.replace(plan, grid=48 // plan.cluster * plan.cluster)
     lines = plan.lines if method == "slab" else shape[0]
     assert plan.method == method and lines >= 4 * (plan.grid // plan.cluster)
@@ -503,7 +503,8 @@ def test_a_tuning_variant_plans_and_runs_its_own():
     strides = _api._elem_strides(x)
     variant = dataclasses.replace(TUNING, registers_float32_waves=1)  # float32 rows of 16-byte packs
     signature = (x.shape, strides, strides, (1,), 4, (0, 0), x.device.id, None)
-    assert _api._plan(*signature, variant)[1].grid < _api._plan(*signature, TUNING)[1].grid
+    assert (_api._plan(*signature, variant, "softmax")[1].grid
+            < _api._plan(*signature, TUNING, "softmax")[1].grid)
     with planning.use(variant):
         assert_same_bits(cusoftmax.softmax(x), y)
         assert_same_bits(cusoftmax.softmax(x), y)
