@@ -15,13 +15,11 @@ not timed. The host line: microseconds a call, launches not awaited, of softmax_
 
 from __future__ import annotations
 
-import math
-import sys
 import time
 
 import numpy as np
 
-from .bench import Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table
+from .bench import Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table, host_rounds
 
 # (label, rows, n, k, log, renormalize)
 CASES = [
@@ -97,28 +95,13 @@ def _host_us(cupy, names, calls=2000, rounds=7):
     if torch is not None:
         t = torch.from_dlpack(x)
         fns["torch.softmax"] = lambda: torch.softmax(t, dim=-1)
-    out = dict.fromkeys(fns, math.inf)
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            for _ in range(200):
-                fn()
-            cupy.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            out[name] = min(out[name], (time.perf_counter() - t0) / calls * 1e6)
-            cupy.cuda.Device().synchronize()
-    return out
+    return host_rounds(cupy, fns, rounds, calls)
 
 
 def main(args):
-    try:
-        import cupy
+    """The table for ``args`` (cusoftmax.bench's, on a machine it found a GPU on)."""
+    import cupy
 
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:
-        print(f"cusoftmax.bench needs a CUDA GPU and CuPy: {e}", file=sys.stderr)
-        return 2
     import cusoftmax
 
     names = args.peers.split(",")
@@ -133,10 +116,7 @@ def main(args):
         _progress(f"[{j}/{len(cases)}] {dt} {label} {rows}x{n} k={k}{flags}")
         x = (cupy.random.default_rng(j).standard_normal((rows, n), dtype=cupy.float32) * 3).astype(
             _dtype(cupy, dt))
-        dst = cupy.empty_like(x)
-        copy_us = timer.events(lambda: cupy.cuda.runtime.memcpyAsync(
-            dst.data.ptr, x.data.ptr, x.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice,
-            cupy.cuda.get_current_stream().ptr))
+        copy_us = timer.copy(x)
         ours = lambda: cusoftmax.softmax_topk(x, k, log=log, renormalize=renorm)  # noqa: E731
         bad = _check(cupy, x, ours(), k, log, renorm, dt)
         cells = [dt, label, f"{rows}x{n}", str(k), flags.strip() or "-"]
@@ -158,7 +138,7 @@ def main(args):
                 cells.append("n/a")
         _progress("    " + " ".join(cells[5:]))
         lines.append(cells)
-        del x, dst
+        del x
         cupy.get_default_memory_pool().free_all_blocks()
     width = max(len(c) for c in lines)
     head = ["dtype", "case", "shape", "k", "flags", "ours us", "GB/s read", "of copy"]

@@ -127,6 +127,14 @@ class Timer:
             times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
         return statistics.median(times)
 
+    def copy(self, x):
+        """The time of a device-to-device copy of x, the ceiling every result is held to."""
+        cp = self.cupy
+        dst = cp.empty_like(x)
+        return self.events(lambda: cp.cuda.runtime.memcpyAsync(
+            dst.data.ptr, x.data.ptr, x.nbytes, cp.cuda.runtime.memcpyDeviceToDevice,
+            cp.cuda.get_current_stream().ptr))
+
     def wall(self, fn, sync, batch=10):
         for _ in range(3):
             sync(fn())
@@ -307,6 +315,12 @@ def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax"):
 
         f_cs = getattr(cs, op)
         fns["cupyx"] = lambda: f_cs(x, axis=-1)
+    return host_rounds(cupy, fns, rounds, calls)
+
+
+def host_rounds(cupy, fns, rounds=7, calls=2000):
+    """name -> the best round's host microseconds a call of fns[name] (launches not awaited),
+    the implementations' rounds taken in turn."""
     out = dict.fromkeys(fns, math.inf)
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -331,10 +345,6 @@ def main(argv=None):
         from ._bench_dask import main as dask_main
 
         return dask_main(args)
-    if args.op == "softmax_topk":
-        from ._bench_topk import main as topk_main
-
-        return topk_main(args)
     try:
         import cupy
 
@@ -342,6 +352,10 @@ def main(argv=None):
     except Exception as e:
         print(f"cusoftmax.bench needs a CUDA GPU and CuPy: {e}", file=sys.stderr)
         return 2
+    if args.op == "softmax_topk":
+        from ._bench_topk import main as topk_main
+
+        return topk_main(args)
     import cusoftmax
 
     dev = cupy.cuda.Device()
@@ -373,10 +387,7 @@ def main(argv=None):
             given["dy"] = cupy.random.default_rng(10**6 + i).standard_normal(shape, dtype=cupy.float32).astype(dt)
             x = getattr(cusoftmax, VJPS[op])(x, axis=axis)
         nbytes = PASSES[op] * x.nbytes  # the operation's least traffic
-        dst = cupy.empty_like(x)
-        copy_us = timer.events(lambda: cupy.cuda.runtime.memcpyAsync(
-            dst.data.ptr, x.data.ptr, x.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice,
-            cupy.cuda.get_current_stream().ptr))
+        copy_us = timer.copy(x)
         impls = {"cusoftmax": lambda x, axis: (lambda: ours(x, axis=axis), "events", None)}
         impls.update(peers)
         impls.update({f"{FORCED}{m}": _forced(cusoftmax, m, op) for m in methods})
@@ -411,7 +422,7 @@ def main(argv=None):
         rows.append(row)
         done = [f"{k[:-5]} {v:.2f}" for k, v in row.items() if k.endswith("_frac")]
         _progress(f"    of copy: {', '.join(done)}")  # a run cut short still leaves its figures
-        del x, dst
+        del x
         cupy.get_default_memory_pool().free_all_blocks()
     overhead = {} if op in VJPS else _host_overhead(cupy, peers, op=op)
     _report(rows, list(impls), overhead, name, Path(args.out), op)
