@@ -94,7 +94,9 @@ def plan(rows, n, ldx, k, renorm, itemsize, address, limits, tuning) -> Plan | N
     """The plan for `rows` rows of `n` elements at stride `ldx` (x at `address`), k of each; None
     where no kernel takes it."""
     t, threads = tuning, tuning.topk_threads
-    if k > t.topk_max_k or n > t.topk_max_cols or rows * n == 0:
+    # K of topk_block: a list that holds k, at most a key a thread in its final writes
+    capacity = _capacity(k, [c for c in BLOCK_CAPACITIES if c <= threads])
+    if k > t.topk_max_k or capacity is None or n > t.topk_max_cols or rows * n == 0:
         return None
     resident = limits.sm_count * (THREADS_PER_SM // threads)
     if n <= 32 * t.topk_lane_elements and k <= min(32, t.topk_lane_max_k):
@@ -113,7 +115,7 @@ def plan(rows, n, ldx, k, renorm, itemsize, address, limits, tuning) -> Plan | N
     chunks = math.ceil(n / chunk)
     grid = min(MAX_GRID, resident * t.topk_waves, rows * chunks)
     return BlockPlan(vec, grid, threads, 0, rows=rows, n=n, ldx=ldx, k=k, renorm=renorm,
-                     capacity=_capacity(k, BLOCK_CAPACITIES), chunk=chunk, chunks=chunks)
+                     capacity=capacity, chunk=chunk, chunks=chunks)
 
 
 def templates(itemsize, tuning):
@@ -123,4 +125,6 @@ def templates(itemsize, tuning):
         yield "topk_lanes", (lanes, per, lane_capacity(lanes, per))
     for vec in (1, 16 // itemsize):
         for capacity in BLOCK_CAPACITIES:
+            if capacity > tuning.topk_threads:
+                continue
             yield "topk_block", (vec, capacity)
