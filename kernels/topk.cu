@@ -29,7 +29,7 @@ namespace csm {
 constexpr int TOPK_THREADS = CSM_TOPK_THREADS;  // threads a block of either kernel
 constexpr int TOPK_BLOCKS = CSM_TOPK_BLOCKS;  // topk_block's launch bound: blocks an SM
 constexpr int TOPK_WARPS = TOPK_THREADS / 32;
-constexpr int TOPK_CAP = 128;  // candidates a warp gathers before it merges them (4 a lane)
+constexpr int TOPK_CAP = 128;  // candidates a warp holds (4 a lane): merged at k, at most CAP - 32
 static_assert(TOPK_THREADS % 32 == 0 && TOPK_THREADS <= 1024 && TOPK_WARPS >= 2 &&
                   (TOPK_WARPS & (TOPK_WARPS - 1)) == 0,
               "whole warps, a power of two of them, at least 2 (the final merge takes 1 + 1 lists)");
@@ -58,9 +58,8 @@ __device__ inline Key group_min(Key v, int width) {
     return v;
 }
 
-// Ep's outputs of a row's k chosen keys: the value of key `key` (a chosen one, or NO_KEY for a
-// thread holding none) at slot `slot` of the row's outputs. `st`: the row's state on every
-// thread; with `renorm`, the chosen keys' own state `own` (NaN max where st's d is NaN).
+// Ep's output of a chosen key at vals[at], its position at idx[at]; `st`: the state the value is
+// taken against (the row's, or with renorm the chosen keys' own, from renormed).
 template <class Ep, typename T> __device__ inline void put_chosen(T* vals, long long* idx, long long at,
                                                                   Key key, MD<float> st) {
     const float v = value_of(key);
@@ -68,6 +67,8 @@ template <class Ep, typename T> __device__ inline void put_chosen(T* vals, long 
     bits(vals)[at] = Traits<T>::out(Ep::template apply<false>(v, st.m, st.m, k));
     idx[at] = (long long)unsigned(key);
 }
+// The chosen keys' own state, its max NaN where the row's d is NaN (a row holding NaN; for
+// Softmax also one holding +inf, whose chosen keys hold it and come out NaN either way).
 __device__ inline MD<float> renormed(MD<float> own, const MD<float>& row) {
     if (row.d != row.d) own.m = __uint_as_float(0x7fc00000u);
     return own;
@@ -277,10 +278,10 @@ struct TopkWork {
 // t, t + gridDim.x, ... A thread's packs at warp bases (warp * 32 + lane) * V + i * TOPK_THREADS
 // * V, so a warp's lanes walk the same steps. Each batch's max first meets the value tv of the
 // warp's bound (a float compare, one vote a batch), then each pack's; where any lane's passes,
-// its elements take the exact key test (offer), and passing keys join the warp's candidates. A row of one chunk is
-// written by its block; else every block publishes its list and (m, d), and the block that
-// counts a row's last chunk merges the row's (TOPK_WARPS - 1 lists at a time; the states in
-// chunk order).
+// its elements take the exact key test (offer), and passing keys join the warp's candidates. A
+// row of one chunk is written by its block; else every block publishes its list and (m, d), and
+// the block that counts a row's last chunk merges the row's (TOPK_WARPS - 1 lists at a time; the
+// states in chunk order).
 template <class Ld, class Ep, typename T, int V, int K>
 __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
     topk_block(const T* x, T* vals, long long* idx, void* work, long long rows, int n, long long ldx,
@@ -373,7 +374,8 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
             for (int q0 = 0; q0 < chunks; q0 += TOPK_WARPS - 1) {
                 for (int i = threadIdx.x; i < (TOPK_WARPS - 1) * K; i += TOPK_THREADS) {
                     const int q = q0 + i / K;
-                    res[K + i] = q < chunks && q != part ? __ldcg(ws.keys + (row * chunks + q) * K + i % K) : NO_KEY;
+                    const Key* theirs = ws.keys + (row * chunks + q) * K;
+                    res[K + i] = q < chunks && q != part ? __ldcg(theirs + i % K) : NO_KEY;
                 }
                 __syncthreads();
                 res = merge_lists<K>(res, res == sh.lists[0] ? sh.lists[1] : sh.lists[0], TOPK_WARPS);
