@@ -186,9 +186,16 @@ def _states(x, axes, **extras):
 
 def _on_chunk(x, *arrays, fn, keys, **kw):
     """``fn`` on one chunk; Dask aligns only positional arrays, so the keyword arrays come last
-    in the order of ``keys``."""
+    in the order of ``keys``. An array `scale` arrives broadcast to the chunk (_aligned); ``fn``
+    takes one value a slice, its first along the reduced axes (``kw["axis"]``)."""
     pos = len(arrays) - len(keys)
-    return fn(x, *arrays[:pos], **dict(zip(keys, arrays[pos:])), **kw)
+    named = dict(zip(keys, arrays[pos:]))
+    scale = named.get("scale")
+    if scale is not None and getattr(scale, "ndim", 0) == x.ndim:
+        axes = kw["axis"]
+        named["scale"] = scale[tuple(slice(0, 1) if d in axes else slice(None)
+                                     for d in range(x.ndim))]
+    return fn(x, *arrays[:pos], **named, **kw)
 
 
 def _state_chunk(x, *arrays, keys, axes):

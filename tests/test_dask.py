@@ -129,8 +129,11 @@ def test_bad_values_in_one_chunk_of_several(axis):
         _close(lse, sp.logsumexp(x, axis=axis))
 
 
+@pytest.mark.parametrize("xchunks", [(3, 7), (3, 30)], ids=["split", "inside-one-chunk"])
 @pytest.mark.parametrize("form", ["dask-other-chunks", "numpy"])
-def test_fully_masked_slices_over_chunks(form):
+def test_fully_masked_slices_over_chunks(form, xchunks):
+    """where and a scale a row, slices split over chunks or inside one (where the ordinary
+    function runs on each chunk, the scale as one value a slice)."""
     rng = np.random.default_rng(2)
     x, dy = make_values(rng, (6, 30), F64), make_values(rng, (6, 30), F64, 1.0)
     where = rng.random((6, 30)) < 0.6
@@ -138,13 +141,13 @@ def test_fully_masked_slices_over_chunks(form):
     where[2, 7:14] = False  # one chunk of a live slice fully masked
     scale = rng.uniform(0.5, 2.0, (6, 1))
     y, logy, lse = _masked_references(x, 1, where, scale)
-    dx = da.from_array(x, chunks=(3, 7))
+    dx = da.from_array(x, chunks=xchunks)
     w = da.from_array(where, chunks=(2, 10)) if form != "numpy" else where
     s = da.from_array(scale, chunks=(4, 1)) if form != "numpy" else scale
     got = dask.compute(cusoftmax.softmax(dx, axis=1, where=w, scale=s),
                        cusoftmax.log_softmax(dx, axis=1, where=w, scale=s),
                        cusoftmax.logsumexp(dx, axis=1, where=w, scale=s),
-                       cusoftmax.softmax_vjp(da.from_array(y, chunks=(3, 7)), dy, axis=1,
+                       cusoftmax.softmax_vjp(da.from_array(y, chunks=xchunks), dy, axis=1,
                                              where=w), scheduler="threads")
     for g, ref in zip(got, (y, logy, lse)):
         _close(g, ref)
