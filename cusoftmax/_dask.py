@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 from functools import lru_cache, partial, reduce
 from numbers import Number
+from typing import NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -22,7 +23,7 @@ from dask.array.utils import meta_from_array
 
 import cusoftmax
 
-from . import _api, _arrays, _composed, _family
+from . import _api, _arrays, _composed, _family, _topk
 
 
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
@@ -61,6 +62,39 @@ def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     return _vjp(True, y, dy, axis, where, out)
+
+
+def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, scale=None,
+                 out=None):
+    """softmax_topk of Dask array ``x``: two lazy Dask arrays (values, indices). Slices inside
+    one chunk: the ordinary function on each chunk. Slices split over chunks: each chunk's k
+    best entries (positions along the whole axis) and its State, merged in a tree (candidates
+    in chunk order, so ties keep the lower position), the values from the merged State."""
+    if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
+        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
+    x, c = _checked(x, axis, out, "softmax_topk")
+    ax = _topk._one_axis(axis, c)
+    if x.shape[ax] != x.shape[ax]:
+        raise ValueError("softmax_topk needs the axis's length, unknown until computed "
+                         "(compute_chunk_sizes())")
+    k = _topk._count(k, x.shape[ax])
+    where, scale = _operand(where, x, c, "where"), _operand(scale, x, c, "scale")
+    chunks = x.chunks[:ax] + ((k,),) + x.chunks[ax + 1:]
+    flags = {"log": log, "renormalize": renormalize}
+    if _within_chunks(x, (ax,)):
+        fn = partial(cusoftmax.softmax_topk, k=k, **flags)
+        both = da.map_blocks(_on_chunk, x, where, scale, fn=fn, keys=("where", "scale"), axis=ax,
+                             chunks=chunks, meta=x._meta)
+    else:
+        parts = da.map_blocks(_topk_part, x, where, scale, k=k, ax=ax,
+                              chunks=_reduced_chunks(x, (ax,)), meta=x._meta)
+        total = partial(_topk_total, k=k, ax=ax, dtype=x.dtype, **flags)
+        both = da.reduction(parts, _state_as_is, total,
+                            combine=partial(_topk_merged, k=k, ax=ax), axis=(ax,), keepdims=True,
+                            concatenate=False, output_size=k, dtype=x.dtype, meta=x._meta)
+    meta = meta_from_array(x._meta, x.ndim, x.dtype)
+    return (both.map_blocks(operator.itemgetter(0), meta=meta),
+            both.map_blocks(operator.itemgetter(1), meta=meta_from_array(x._meta, x.ndim, np.int64)))
 
 
 def _normalized(op, x, axis, where, scale, out, method):
@@ -192,7 +226,7 @@ def _on_chunk(x, *arrays, fn, keys, **kw):
     named = dict(zip(keys, arrays[pos:]))
     scale = named.get("scale")
     if scale is not None and getattr(scale, "ndim", 0) == x.ndim:
-        axes = kw["axis"]
+        axes = kw["axis"] if isinstance(kw["axis"], tuple) else (kw["axis"],)
         named["scale"] = scale[tuple(slice(0, 1) if d in axes else slice(None)
                                      for d in range(x.ndim))]
     return fn(x, *arrays[:pos], **named, **kw)
@@ -210,6 +244,56 @@ def _state_chunk(x, *arrays, keys, axes):
         m, c, s = (st[..., i].reshape(shape) for i in range(3))
         return _composed.State(m.astype(compute), c.astype(acc), s.astype(acc))
     return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
+
+
+class _Part(NamedTuple):
+    """A piece of softmax_topk's slices: their State, and their k best entries in key order
+    (values in the compute type, positions along the whole axis, whether each is left in)."""
+
+    st: _composed.State
+    values: object
+    pos: object
+    kept: object
+
+
+def _topk_part(x, where, scale, *, k, ax, block_info=None):
+    xp = _module(x)
+    st = _state_chunk(x, where, scale, keys=("where", "scale"), axes=(ax,))
+    v = _composed._values(xp, x, scale, _composed.compute_types(x.dtype)[0])
+    kc = min(k, x.shape[ax])
+    if kc == 0:  # an empty chunk: no candidate
+        return _Part(st, v, xp.zeros(v.shape, np.int64), xp.ones(v.shape, bool))
+    if xp is not np and where is None and scale is None:  # the topk kernels: one read
+        top = cusoftmax.softmax_topk(x, kc, axis=ax)[1]
+        values, kept = xp.take_along_axis(v, top, axis=ax), None
+    else:
+        keep = None if where is None else xp.broadcast_to(where, x.shape)
+        values, top, kept, _ = _topk.choose(xp, v, keep, kc, ax)
+    kept = xp.ones(values.shape, bool) if kept is None else kept
+    return _Part(st, values, top + block_info[0]["array-location"][ax][0], kept)
+
+
+def _topk_merged(parts, axis, keepdims, *, k, ax):
+    """The Part of several pieces in order (a nested list): States merged, candidates
+    concatenated in order and chosen again (ties to the earlier, the lower position)."""
+    parts = _leaves(parts)
+    xp = _module(parts[0].values)
+    st = reduce(partial(_composed.merge, xp), [p.st for p in parts])
+    values, pos, kept = (xp.concatenate([getattr(p, f) for p in parts], axis=ax)
+                         for f in ("values", "pos", "kept"))
+    values, top, kept, _ = _topk.choose(xp, values, kept, min(k, values.shape[ax]), ax)
+    return _Part(st, values, xp.take_along_axis(pos, top, axis=ax), kept)
+
+
+def _topk_total(parts, axis, keepdims, *, k, ax, log, renormalize, dtype):
+    """(values, indices) of whole slices from their pieces; a NaN left in anywhere in a slice
+    makes its State's max NaN."""
+    p = _topk_merged(parts, axis, keepdims, k=k, ax=ax)
+    xp = _module(p.values)
+    st = None if renormalize else p.st
+    values = _topk.finish(xp, "log_softmax" if log else "softmax", p.values, p.kept, (ax,), st,
+                          xp.isnan(p.st.m))
+    return values.astype(dtype, copy=False), xp.where(p.kept, p.pos, np.int64(-1))
 
 
 def _state_as_is(st, axis, keepdims):

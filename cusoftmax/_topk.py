@@ -109,7 +109,9 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     ----------
     x : array_like
         As for :func:`cusoftmax.softmax` (CuPy, PyTorch, JAX, Numba or NumPy arrays, the same
-        dtypes and promotion). Not a Dask array (a TypeError for now).
+        dtypes and promotion), or a Dask array of CuPy or NumPy chunks: then a pair of lazy
+        Dask arrays, the axis split over chunks or not (each chunk's k best entries and state,
+        merged in a tree).
     k : int
         How many entries a slice: ``1 <= k <=`` the axis length. A bool or a float is a
         TypeError, a value out of that range a ValueError.
@@ -146,8 +148,8 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
         If `axis` is out of range, or `x` is 0-d.
     TypeError
         For unsupported dtypes (as softmax), a `k` or `axis` that is not an integer, a tuple
-        or None axis, a `where` that is not bool, a `scale` that is not real, a Dask `x`, or an
-        `out` that is not a pair of arrays of the right dtypes and kind.
+        or None axis, a `where` that is not bool, a `scale` that is not real, an `out` with a
+        Dask `x`, or an `out` that is not a pair of arrays of the right dtypes and kind.
     ValueError
         For `k` out of range, an axis of length 0, a `where` or `scale` that does not broadcast,
         or an `out` of the wrong shape or device.
@@ -178,8 +180,8 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
         if run is not None:
             return run(x)
     if _arrays.is_dask(x, where, scale):
-        raise TypeError("softmax_topk does not take Dask arrays yet: compute the array first, "
-                        "or map it over chunks that hold whole slices")
+        return _arrays.dask_call("softmax_topk", x, k, axis, log=log, renormalize=renormalize,
+                                 where=where, scale=scale, out=out)
     if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
         raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
     c = _api.prepare(x, axis, None, None, "softmax_topk")
@@ -213,27 +215,42 @@ def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst, remembe
     compute = C.compute_types(c.dtype)[0]
     axes, k = (ax,), shape[ax]
     v = C._values(xp, c.array.astype(c.dtype, copy=False), s, compute)
-    key, nan_key, out_key = _order_key(xp, v, w)
-    key = xp.moveaxis(key, ax, -1)
-    top = _smallest(xp, key, k)
-    top_key = xp.take_along_axis(key, top, axis=-1)
-    values = xp.moveaxis(xp.take_along_axis(xp.moveaxis(v, ax, -1), top, axis=-1), -1, ax)
-    kept = None if w is None else top_key != out_key
-    indices = xp.moveaxis(top if kept is None else xp.where(kept, top, np.int64(-1)), -1, ax)
-    kept = None if kept is None else xp.moveaxis(kept, -1, ax)
-    if renormalize:
-        st = C.state(xp, values, axes, where=kept)
-        # A NaN anywhere in the slice makes it NaN, chosen or not (NaN sorts last).
-        has_nan = xp.moveaxis(xp.any(key == nan_key, axis=-1, keepdims=True), -1, ax)
-        st = st._replace(m=xp.where(has_nan, compute.type(np.nan), st.m))
-    else:
-        st = C.state(xp, v, axes, where=w)
-    op = "log_softmax" if log else "softmax"
-    values = C.normalize(xp, op, values, st, axes, where=kept, out=None if dst is None else dst[0])
+    values, top, kept, has_nan = choose(xp, v, w, k, ax, nan=renormalize)
+    indices = top if kept is None else xp.where(kept, top, np.int64(-1))
+    st = None if renormalize else C.state(xp, v, axes, where=w)
+    values = finish(xp, "log_softmax" if log else "softmax", values, kept, axes, st, has_nan,
+                    out=None if dst is None else dst[0])
     if dst is None:
         return values.astype(c.dtype, copy=False), indices
     xp.copyto(dst[1], indices)
     return dst
+
+
+def choose(xp, v, keep, k: int, ax: int, nan: bool = False):
+    """The entries of the k least keys of each slice of `v` along `ax`, in key order: (values,
+    positions along the axis, kept: where `keep` left them in (None without a `keep`), has_nan:
+    whether the slice holds a NaN left in, keepdims, only where `nan`), the axis of length k."""
+    key, nan_key, out_key = _order_key(xp, v, keep)
+    key = xp.moveaxis(key, ax, -1)
+    top = _smallest(xp, key, k)
+    values = xp.moveaxis(xp.take_along_axis(xp.moveaxis(v, ax, -1), top, axis=-1), -1, ax)
+    kept = None
+    if keep is not None:
+        kept = xp.moveaxis(xp.take_along_axis(key, top, axis=-1) != out_key, -1, ax)
+    has_nan = None
+    if nan:
+        has_nan = xp.moveaxis(xp.any(key == nan_key, axis=-1, keepdims=True), -1, ax)
+    return values, xp.moveaxis(top, -1, ax), kept, has_nan
+
+
+def finish(xp, op, values, kept, axes, st, has_nan, out=None):
+    """softmax or log_softmax (`op`) of chosen `values` from their slices' State `st`; with no
+    `st` (renormalize), from the chosen values' own, NaN where `has_nan`."""
+    if st is None:
+        st = C.state(xp, values, axes, where=kept)
+        # A NaN anywhere in the slice makes it NaN, chosen or not (NaN sorts last).
+        st = st._replace(m=xp.where(has_nan, st.m.dtype.type(np.nan), st.m))
+    return C.normalize(xp, op, values, st, axes, where=kept, out=out)
 
 
 def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember=None):

@@ -218,22 +218,29 @@ def test_nothing_runs_before_compute(monkeypatch):
                                            cusoftmax.logsumexp)]
         results += [f(dx, dx, axis=1) for f in (cusoftmax.softmax_vjp, cusoftmax.log_softmax_vjp)]
         results += [cusoftmax.softmax(dx, axis=0)]  # inside one chunk
+        results += [*cusoftmax.softmax_topk(dx, 3), *cusoftmax.softmax_topk(dx, 3, axis=0)]
         assert tasks.ran == 0 and calls == []
         dask.compute(*results, scheduler="sync")
         assert tasks.ran > 0 and {"state", "merge", "normalize", "vjp_sum", "vjp"} <= set(calls)
 
 
-def _tasks(chunks_along_axis, axis=-1):
+def _tasks(chunks_along_axis, axis=-1, topk=False):
     x = da.zeros((4, 8 * chunks_along_axis), chunks=(4, 8))
+    if topk:  # the two outputs' graphs share every task but their own picks
+        values, indices = cusoftmax.softmax_topk(x, 2, axis=axis)
+        return len({**dict(values.__dask_graph__()), **dict(indices.__dask_graph__())})
     return len(cusoftmax.softmax(x, axis=axis).__dask_graph__())
 
 
 def test_graph_grows_linearly_with_chunks():
     """Over a chunked axis: the input, a state, a merge input and a normalising task per chunk,
-    and a tree of merges; inside one chunk: one task per chunk."""
+    and a tree of merges; inside one chunk: one task per chunk. softmax_topk: the input, a part
+    per chunk, a tree of merges and the two outputs' picks."""
     t8, t16 = _tasks(8), _tasks(16)
     assert t8 <= 5 * 8 and t16 <= 5 * 16 and t16 < 2.1 * t8, (t8, t16)
     assert _tasks(16, axis=0) == 2 * 16
+    k8, k16 = _tasks(8, topk=True), _tasks(16, topk=True)
+    assert k8 <= 5 * 8 and k16 <= 5 * 16 and k16 < 2.1 * k8, (k8, k16)
 
 
 def test_chunk_type_and_dtype_kept(xp):

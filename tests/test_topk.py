@@ -266,10 +266,57 @@ def test_bad_input_raises_before_anything_is_written(xp):
         assert not to_host(out[0]).any() and not to_host(out[1]).any()
 
 
-def test_dask_input_is_refused():
+DASK_LAYOUTS = {  # id: (chunks of a (5, 37) array, axis)
+    "inside-one-chunk": ((2, 37), 1),
+    "split": ((2, 8), 1),
+    "uneven-with-a-one-element-chunk": (((2, 3), (10, 1, 20, 6)), 1),
+    "axis0-split": (((1, 3, 1), 37), 0),
+}
+
+
+@pytest.mark.parametrize("layout", DASK_LAYOUTS.values(), ids=DASK_LAYOUTS.keys())
+def test_dask_arrays_give_the_arrays_result(xp, layout):
+    """Dask arrays of NumPy or CuPy chunks, slices inside one chunk or split over several: the
+    same indices as the array itself (ties across chunks to the lower position, NaN and -inf
+    rows, masks in other chunks, a scale a slice, every flag), values within 1e-12 (float64),
+    lazily."""
     da = pytest.importorskip("dask.array")
-    with pytest.raises(TypeError, match="Dask"):
-        cusoftmax.softmax_topk(da.ones((4, 6), chunks=2), 2)
+    import dask
+
+    chunks, axis = layout
+    rng = np.random.default_rng(17)
+    a = rng.integers(-3, 4, (5, 37)).astype(np.float64)  # ties everywhere
+    a[1, 5], a[2], a[3, ::3] = nan, -inf, -inf
+    where = rng.random((5, 37)) < 0.7
+    where[4] = False  # a fully masked slice
+    scale = rng.uniform(0.5, 2.0, (5, 1) if axis == 1 else (1, 37))
+    x = da.from_array(xp.asarray(a), chunks=chunks)
+    w = da.from_array(xp.asarray(where), chunks=(3, 10))
+    for extra in ({}, {"where": w}, {"scale": scale}, {"where": w, "scale": scale, "log": True},
+                  {"renormalize": True}, {"renormalize": True, "log": True, "where": w}):
+        for k in (1, 5, a.shape[axis]):
+            got = cusoftmax.softmax_topk(x, k, axis=axis, **extra)
+            assert all(isinstance(g, da.Array) for g in got)
+            values, indices = (to_host(g) for g in dask.compute(*got, scheduler="threads"))
+            plain = {key: (where if key == "where" else v) for key, v in extra.items()}
+            ref_v, ref_i = cusoftmax.softmax_topk(a, k, axis=axis, **plain)
+            np.testing.assert_array_equal(indices, ref_i)
+            np.testing.assert_allclose(values, ref_v, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+def test_dask_chunks_keep_their_type_and_errors_are_eager():
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(np.zeros((4, 6), np.float32), chunks=(2, 3))
+    values, indices = cusoftmax.softmax_topk(x, 2)
+    assert values.dtype == np.float32 and indices.dtype == np.int64
+    assert values.chunks == indices.chunks == ((2, 2), (2,))
+    assert isinstance(values._meta, np.ndarray)
+    with pytest.raises(ValueError, match="between 1"):
+        cusoftmax.softmax_topk(x, 7)
+    with pytest.raises(TypeError, match="one axis"):
+        cusoftmax.softmax_topk(x, 2, axis=(0, 1))
+    with pytest.raises(TypeError, match="out="):
+        cusoftmax.softmax_topk(x, 2, out=(np.zeros((4, 2)), np.zeros((4, 2), np.int64)))
 
 
 @requires_gpu
