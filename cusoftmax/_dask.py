@@ -286,13 +286,15 @@ def _topk_merged(parts, axis, keepdims, *, k, ax):
 
 
 def _topk_total(parts, axis, keepdims, *, k, ax, log, renormalize, dtype):
-    """(values, indices) of whole slices from their pieces; a NaN left in anywhere in a slice
-    makes its State's max NaN."""
+    """(values, indices) of whole slices from their pieces. A NaN left in anywhere in a slice
+    makes its State's s NaN (and its max, where array operations took the State; the reduce
+    kernels' max passes over NaN), +inf neither."""
     p = _topk_merged(parts, axis, keepdims, k=k, ax=ax)
     xp = _module(p.values)
     st = None if renormalize else p.st
+    has_nan = xp.logical_or(xp.isnan(p.st.m), xp.isnan(p.st.s))
     values = _topk.finish(xp, "log_softmax" if log else "softmax", p.values, p.kept, (ax,), st,
-                          xp.isnan(p.st.m))
+                          has_nan)
     return values.astype(dtype, copy=False), xp.where(p.kept, p.pos, np.int64(-1))
 
 

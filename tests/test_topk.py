@@ -286,7 +286,7 @@ def test_dask_arrays_give_the_arrays_result(xp, layout):
     chunks, axis = layout
     rng = np.random.default_rng(17)
     a = rng.integers(-3, 4, (5, 37)).astype(np.float64)  # ties everywhere
-    a[1, 5], a[2], a[3, ::3] = nan, -inf, -inf
+    a[0, 30], a[1, 5], a[2], a[3, ::3] = inf, nan, -inf, -inf
     where = rng.random((5, 37)) < 0.7
     where[4] = False  # a fully masked slice
     scale = rng.uniform(0.5, 2.0, (5, 1) if axis == 1 else (1, 37))
