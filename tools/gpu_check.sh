@@ -26,6 +26,8 @@
 #   kcache        pack CuPy's compiled kernels into $OUT/kcache.tgz
 #   ties          three rounds of the cells where a peer ran within 1% of cusoftmax
 #   bench-quick   a short benchmark sweep (float32 and bfloat16, six widths)
+#   topk          softmax_topk: its tests, racecheck and memcheck over one call per kernel form
+#                 (as run s32-5), and its benchmark (--op softmax_topk)
 #
 # Each step has its own time limit (seconds, STEP_LIMIT, default 280) so one slow step cannot
 # take the others' results with it.
@@ -146,6 +148,14 @@ for what in ${@:-tests sanitize bench}; do
         done ;;
     bench-quick) step bench bench.log python3 -m cusoftmax.bench --out "$OUT" --repeat 10 \
         --widths 32,256,1024,4096,32768,262144 --dtypes float32,bfloat16 ;;
+    topk)  # the topk family: its tests, racecheck and memcheck over one call per kernel form, its bench
+        step topk-tests topk.log "${pytest[@]}" tests/test_topk.py
+        for tool in racecheck memcheck; do
+            step "topk-$tool" topk.log "${sanitize[@]}" $tool env PYTHONPATH=. python3 \
+                tools/profile_cases.py topk float32:6:3001:64 float32:300:256:8 float32:2:50257:256 \
+                bfloat16:3:70000:33 float32:4:100000:1
+        done
+        step topk-bench topk.log python3 -m cusoftmax.bench --op softmax_topk --repeat 20 ;;
     *) echo "unknown step $what"; exit 2 ;;
     esac
 done
