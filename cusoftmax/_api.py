@@ -43,13 +43,10 @@ def result_dtype(dtype, on_gpu: bool = False) -> np.dtype:
     raise TypeError(f"softmax supports {_SUPPORTED}, not {dtype}")
 
 
-# Calls seen before on C-contiguous CuPy arrays: (shape, strides, dtype, axis, axis type,
-# address % 16, array's device, current device, operation) -> (the tuning it was planned with,
-# run(x, y) writing the result into y, a new array like x; for softmax_topk, whose operation is
-# a tuple with k and the flags, run(x) returning the result).
-# Keeps the host path thin. `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice, which
-# returns the current device's id) are set with the first entry; until then no input takes the
-# fast path.
+# Calls seen before on C-contiguous CuPy arrays (_fast_key) -> (the tuning they were planned
+# with, run(x, y) writing into y, a new array like x; softmax_topk's key holds k and its flags
+# and its run(x) returns the pair). `_fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice)
+# are set with the first entry; until then no input takes the fast path.
 _fast: dict = {}
 _fast_type = None
 _device = None

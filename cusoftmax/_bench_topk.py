@@ -2,9 +2,8 @@
 peers' two-op versions, on the shapes of vocabulary sampling, beam search and MoE routing.
 
 Each case is (rows, n, k, flags) of float32 or bfloat16 logits (``--widths``: the cases of
-those n alone). Times as the main bench: CUDA
-events around one call, L2 flushed before it, median of the repeats (JAX by wall clock around a
-batch). GB/s counts one read of the logits (the k outputs a row are a rounding error), "of copy"
+those n alone). Times as the main bench: CUDA events around one call, L2 flushed before it,
+median of the repeats (JAX by wall clock around a batch). GB/s counts one read of the logits (the k outputs a row are a rounding error), "of copy"
 that over a device-to-device copy's GB/s of the same bytes. Peers: ``torch.topk`` of
 ``torch.softmax`` (``log_softmax`` with log; the k values over their sum with renormalize) and
 ``jax.lax.top_k`` of ``jax.nn.softmax`` under ``jit``. cusoftmax's result is checked first on
@@ -19,7 +18,8 @@ import time
 
 import numpy as np
 
-from .bench import Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table, host_rounds
+from .bench import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
+                    host_rounds)
 
 # (label, rows, n, k, log, renormalize)
 CASES = [

@@ -69,9 +69,8 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     """softmax_topk of Dask array ``x``: two lazy Dask arrays (values, indices). Slices inside
     one chunk: the ordinary function on each chunk. Slices split over chunks: each chunk's k
     best entries (positions along the whole axis) and its State, merged in a tree (candidates
-    in chunk order, so ties keep the lower position), the values from the merged State."""
-    if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
-        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
+    in chunk order, so ties keep the lower position), the values from the merged State. `axis`:
+    an int (cusoftmax.softmax_topk's check)."""
     x, c = _checked(x, axis, out, "softmax_topk")
     ax = _topk._one_axis(axis, c)
     if x.shape[ax] != x.shape[ax]:
@@ -259,16 +258,17 @@ class _Part(NamedTuple):
 def _topk_part(x, where, scale, *, k, ax, block_info=None):
     xp = _module(x)
     st = _state_chunk(x, where, scale, keys=("where", "scale"), axes=(ax,))
-    v = _composed._values(xp, x, scale, _composed.compute_types(x.dtype)[0])
+    compute = _composed.compute_types(x.dtype)[0]
     kc = min(k, x.shape[ax])
-    if kc == 0:  # an empty chunk: no candidate
-        return _Part(st, v, xp.zeros(v.shape, np.int64), xp.ones(v.shape, bool))
-    if xp is not np and where is None and scale is None:  # the topk kernels: one read
+    if xp is not np and where is None and scale is None and kc:  # the topk kernels: one read
         top = cusoftmax.softmax_topk(x, kc, axis=ax)[1]
-        values, kept = xp.take_along_axis(v, top, axis=ax), None
-    else:
+        values, kept = xp.take_along_axis(x, top, axis=ax).astype(compute), None
+    elif kc:
         keep = None if where is None else xp.broadcast_to(where, x.shape)
+        v = _composed._values(xp, x, scale, compute)
         values, top, kept, _ = _topk.choose(xp, v, keep, kc, ax)
+    else:  # an empty chunk: no candidate
+        values, top, kept = x.astype(compute), xp.zeros(x.shape, np.int64), None
     kept = xp.ones(values.shape, bool) if kept is None else kept
     return _Part(st, values, top + block_info[0]["array-location"][ax][0], kept)
 

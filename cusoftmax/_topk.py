@@ -175,15 +175,16 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     >>> p, i
     (array([0.6, 0.3]), array([1, 2]))
     """
+    op = ("softmax_topk", k, type(k), log, renormalize)  # the fast path's key
     if type(x) is _api._fast_type and out is None and where is None and scale is None:
-        run = _api.remembered(x, axis, ("softmax_topk", k, type(k), log, renormalize))
+        run = _api.remembered(x, axis, op)
         if run is not None:
             return run(x)
+    if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
+        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
     if _arrays.is_dask(x, where, scale):
         return _arrays.dask_call("softmax_topk", x, k, axis, log=log, renormalize=renormalize,
                                  where=where, scale=scale, out=out)
-    if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
-        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
     c = _api.prepare(x, axis, None, None, "softmax_topk")
     ax = _one_axis(axis, c)
     k = _count(k, c.array.shape[ax])
@@ -191,9 +192,8 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     dst = _pair_out(out, c, shape)
     w, s = _family._where(where, c), _family._scale(scale, c)
     xp = _family._xp(c)
-    remember = (x, axis, ("softmax_topk", k, type(k), log, renormalize))
     with _family._on_device(c):
-        values, indices = _topk(xp, c, ax, shape, w, s, log, renormalize, dst, remember)
+        values, indices = _topk(xp, c, ax, shape, w, s, log, renormalize, dst, (x, axis, op))
     if dst is not None:
         return out
     return c.src.wrap(values), c.src.wrap(indices)
