@@ -83,7 +83,8 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         the result's dtype in either byte order, the same framework and device. It may be `x`
         itself (in place). Checked before anything is written.
     method : {None, 'registers', 'flat', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
-        GPU only, without `where` and `scale`: force one kernel instead of the dispatcher's
+        GPU only, without `where` (and a `scale` only where the kernels take it, see Notes):
+        force one kernel instead of the dispatcher's
         choice (for tests and benchmarks). ``'registers'`` holds a row in registers (rows up
         to 16384 elements),
         ``'flat'`` stages runs of rows that lie back to back by 16-byte copies (rows up to 1024
@@ -114,15 +115,16 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     ValueError
         If a reduced axis has length 0, `out` has the wrong shape or device, `where` or `scale`
         does not broadcast as above, or `method` is not one of the names above (checked for
-        every input), is given for an input computed on the host or with `where` or `scale`,
-        or cannot run on this input.
+        every input), is given for an input computed on the host or with `where` or a `scale`
+        the kernels do not take, or cannot run on this input.
 
     Notes
     -----
     As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
     all NaN, and -inf entries of other slices give 0 (with `where`: among the positions left
-    in). GPU work runs on CuPy's current stream; with `where` or `scale` it is computed by array
-    operations until a fused kernel takes them.
+    in). GPU work runs on CuPy's current stream. A scalar `scale`, positive and finite in the
+    compute type, is applied by the kernels as they load `x`; with `where`, or any other
+    `scale`, the softmax is computed by array operations.
     Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when
     stored. On the host, float32 sums stay within a few ulps at any length: pairwise along a
     contiguous run, else float32 blocks of at most 16 terms added in float64.
@@ -163,17 +165,36 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     return out
 
 
-def fused(c: "Call", out, method, op: str, remember=None):
+def fused(c: "Call", out, method, op: str, remember=None, scale=None):
     """`op` of a prepared GPU call by its fused kernel (``planning.FUSED_TYPES[op]`` holds the
-    call's dtype): the result in the caller's framework, or `out`. ``remember``: as ``_gpu``."""
-    y = _gpu(c.array, c.axes, c.out, c.dtype, method, remember if out is None else None, op)
+    call's dtype): the result in the caller's framework, or `out`. ``remember``: as ``_gpu``;
+    ``scale``: a float that ``fused_scale`` passed, applied by the kernels' load."""
+    remember = remember if out is None and scale is None else None
+    y = _gpu(c.array, c.axes, c.out, c.dtype, method, remember, op, scale)
     return out if c.out is not None else c.src.wrap(y)
 
 
-def reduced(c: "Call", op: str):
+def fused_scale(scale, dtype) -> float | None:
+    """`scale` as the kernels' Scaled load takes it (a Python or NumPy real scalar, positive and
+    finite in the compute type of `dtype`, float32 or float64, so that the kernels' -inf padding
+    stays -inf), else None: array operations apply it."""
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        return None
+    compute = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    with np.errstate(over="ignore"):
+        v = compute(scale)
+    return float(scale) if 0 < v < np.inf else None
+
+
+def _load(scale) -> tuple[str, int | None]:
+    """(the load functor's name, its launch word or None) for a call's fused scale."""
+    return ("Plain", None) if scale is None else ("Scaled", _kernels.load_word("Scaled", scale))
+
+
+def reduced(c: "Call", op: str, scale=None):
     """`op` (one of ``planning.REDUCTIONS``) of each slice of a prepared GPU call, by the reduce
     kernels: a new CuPy array of the kept axes' shape, in the call's dtype (``slice_state``:
-    float64, with a last axis of 3 for each slice's (m, c, s))."""
+    float64, with a last axis of 3 for each slice's (m, c, s)); ``scale``: as ``fused``."""
     import cupy
 
     x = c.array
@@ -184,13 +205,14 @@ def reduced(c: "Call", op: str):
             x = x.astype(c.dtype)
         if x.size == 0:
             return cupy.empty(kept + tail, dtype=dtype)
-        run, order = _reducer(x, c.axes, op)
+        load, word = _load(scale)
+        run, order = _reducer(x, c.axes, op, load)
         if run is None:  # no kernel takes the strides: the reduced axes last, contiguous
             last = tuple(range(x.ndim - len(c.axes), x.ndim))
             x = cupy.moveaxis(x, c.axes, last).copy()
-            run, order = _reducer(x, last, op)
+            run, order = _reducer(x, last, op, load)
         y = cupy.empty(math.prod(x.shape[d] for d in order) * math.prod(tail), dtype=dtype)
-        run(x, y)
+        run(x, y, load=word)
         # y holds the slices in the layout's order of the kept axes (by x's strides).
         y = y.reshape([x.shape[d] for d in order] + list(tail))
         natural = sorted(order)
@@ -233,22 +255,22 @@ def vjp_rows(c: "Call", g, op: str):
         return dxt if axes == last else cupy.moveaxis(dxt, last, axes)
 
 
-def _reducer(x, axes, op):
+def _reducer(x, axes, op, load="Plain"):
     """(``run(x, y)`` or None, the kept axes of more than one element in the order of y's
     slices) for CuPy arrays like x (cached per call signature)."""
     tuning = planning.active()
     layout, plan, order = _reduce_plan(x.shape, _elem_strides(x), axes, x.itemsize,
-                                       x.data.ptr % 16, x.device.id, tuning, op)
+                                       x.data.ptr % 16, x.device.id, tuning, op, load)
     if plan is None:
         return None, order
     return _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning), order
 
 
 @lru_cache(maxsize=1024)
-def _reduce_plan(shape, xs, axes, itemsize, align, device_id, tuning, op):
+def _reduce_plan(shape, xs, axes, itemsize, align, device_id, tuning, op, load="Plain"):
     layout = collapse(shape, xs, xs, axes)
     plan = planning.reduce_plan(layout, itemsize, align, planning.device_limits(device_id), tuning,
-                                op)
+                                op, load)
     kept = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
     order = sorted(kept, key=lambda d: -abs(xs[d]))  # collapse's order of the kept axes
     return layout, plan, order
@@ -358,25 +380,27 @@ def fast_call(x, axis, op):
 
 
 @lru_cache(maxsize=4096)
-def _plan(shape, xs, ys, axes, itemsize, align, device_id, method, tuning, op):
+def _plan(shape, xs, ys, axes, itemsize, align, device_id, method, tuning, op, load="Plain"):
     """Layout and plan for one call signature; addresses matter only modulo 16 (alignment)."""
     layout = collapse(shape, xs, ys, axes)
     limits = planning.device_limits(device_id)
-    return layout, planning.plan(layout, itemsize, align, limits, method, tuning, op)
+    return layout, planning.plan(layout, itemsize, align, limits, method, tuning, op, load)
 
 
-def _runner(x, y, axes, method, op):
+def _runner(x, y, axes, method, op, load="Plain"):
     """``run(x, y)`` for CuPy arrays like these (cached per call signature), or None when no
     kernel takes their strides."""
     tuning = planning.active()
     layout, plan = _plan(x.shape, _elem_strides(x), _elem_strides(y), axes, x.itemsize,
-                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method, tuning, op)
+                         (x.data.ptr % 16, y.data.ptr % 16), x.device.id, method, tuning, op,
+                         load)
     return None if plan is None else _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)
 
 
-def _gpu(x, axes, out, dtype, method, remember=None, op="softmax"):
+def _gpu(x, axes, out, dtype, method, remember=None, op="softmax", scale=None):
     """`op` (softmax by default) of CuPy array x into out (or a new array). ``remember``: (the
-    caller's x, axis) to enter the fast path's table, keyed by `op`, when this call qualifies."""
+    caller's x, axis) to enter the fast path's table, keyed by `op`, when this call qualifies;
+    ``scale``: as ``fused``."""
     import cupy
 
     with x.device:
@@ -387,11 +411,12 @@ def _gpu(x, axes, out, dtype, method, remember=None, op="softmax"):
             return y
         if out is not None and not _same_view(x, out) and cupy.may_share_memory(x, out):
             y = cupy.empty_like(x)  # a partial overlap: compute aside, then copy into out
-        run = _runner(x, y, axes, method, op)
+        load, word = _load(scale)
+        run = _runner(x, y, axes, method, op, load)
         if run is None:
-            _transposed(x, y, axes, method, op)
+            _transposed(x, y, axes, method, op, load, word)
         else:
-            run(x, y)
+            run(x, y, load=word)
             if remember is not None and remember[0] is x and method is None:
                 _remember(x, remember[1], run, op)
         if out is not None and y is not out:
@@ -403,7 +428,7 @@ def _same_view(a, b) -> bool:
     return a.data.ptr == b.data.ptr and a.strides == b.strides and a.shape == b.shape
 
 
-def _transposed(x, y, axes, method, op):
+def _transposed(x, y, axes, method, op, load="Plain", word=None):
     """Strides that no kernel takes: work on a contiguous copy with the reduced axes last (a
     new array even where x already is one: a forced "flat" on rows off 16-byte boundaries that
     lie unlike y's gets its copies aligned alike)."""
@@ -412,5 +437,5 @@ def _transposed(x, y, axes, method, op):
     last = tuple(range(x.ndim - len(axes), x.ndim))
     xt = cupy.moveaxis(x, axes, last).copy()
     yt = cupy.empty_like(xt)
-    _runner(xt, yt, last, method, op)(xt, yt)  # contiguous rows: always a kernel
+    _runner(xt, yt, last, method, op, load)(xt, yt, load=word)  # contiguous rows: always a kernel
     cupy.moveaxis(y, axes, last)[...] = yt

@@ -1,10 +1,11 @@
 """The softmax family beyond plain softmax: log_softmax, logsumexp, the two VJPs, and softmax
 with ``where=`` or ``scale=``; the argument rules of `where`, `scale`, `b` and `dy`, written once.
 
-Host arrays are computed by ``_composed`` with NumPy. GPU arrays without `where`, `scale` and `b`
-by the kernels (``planning.FUSED_TYPES``: log_softmax by softmax's, logsumexp by the reduce
-family, the VJPs by the vjp family); the rest by ``_composed`` with CuPy (array operations on the
-current stream).
+Host arrays are computed by ``_composed`` with NumPy. GPU arrays without `where` and `b`, and
+with no `scale` or a scalar one that ``_api.fused_scale`` passes, by the kernels
+(``planning.FUSED_TYPES``: log_softmax by softmax's, logsumexp by the reduce family, the VJPs by
+the vjp family; the scale by their Scaled load); the rest by ``_composed`` with CuPy (array
+operations on the current stream).
 """
 
 from __future__ import annotations
@@ -123,12 +124,13 @@ def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
     sends here what its kernels do not take). ``remember``: (x, axis) as the caller gave them,
     for the fast path of later calls."""
-    if (c.src.on_gpu and where is None and scale is None
-            and c.dtype.name in planning.FUSED_TYPES.get(op, ())):
-        return _api.fused(c, out, method, op, remember)
-    _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
-               else f"{op} with where= or scale=")
     w, s = _where(where, c), _scale(scale, c)
+    fs = _api.fused_scale(s, c.dtype)
+    if (c.src.on_gpu and w is None and (s is None or fs is not None)
+            and c.dtype.name in planning.FUSED_TYPES.get(op, ())):
+        return _api.fused(c, out, method, op, remember, fs)
+    _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
+               else f"{op} with where= or an array, zero, negative or non-finite scale=")
     xp = _xp(c)
     with _on_device(c):
         x = c.array.astype(c.dtype, copy=False)
@@ -161,8 +163,9 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         As for :func:`cusoftmax.softmax`; checked before anything is written.
     method : str, optional
         As for :func:`cusoftmax.softmax`: forces one kernel family for a GPU `x` of float16,
-        bfloat16 or float32 without `where` and `scale`; anything else with a method is a
-        ValueError (float64 and the masked or scaled forms are computed by array operations).
+        bfloat16 or float32 without `where`, with no `scale` or one the kernels take (see
+        Notes); anything else with a method is a ValueError (float64, the masked forms and
+        other scales are computed by array operations).
 
     Returns
     -------
@@ -189,9 +192,10 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     1e-6. Other entries and the special values follow ``x - logsumexp(x)`` as
     SciPy's ``log_softmax``: a slice holding NaN is all NaN; with +inf, the +inf entries are NaN
     and the others -inf; a slice of all -inf is all NaN. On the GPU, float16, bfloat16 and
-    float32 without `where` and `scale` run softmax's fused kernels (one read and one write where
-    softmax has them); float64 and the masked or scaled forms are computed by array operations
-    on CuPy's current stream. Half types are computed in float32, float64 in float64.
+    float32 without `where` run softmax's fused kernels (one read and one write where softmax
+    has them), which apply a scalar `scale` positive and finite in the compute type as they load
+    `x`; float64, the masked forms and other scales are computed by array operations on CuPy's
+    current stream. Half types are computed in float32, float64 in float64.
 
     Examples
     --------
@@ -264,9 +268,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     NaN in a slice gives NaN; +inf gives +inf (NaN where weights of both signs meet at +inf); a
     slice of all -inf gives -inf. Unlike SciPy, the result's dtype is that of `a` (`b` does not
     promote it), and positions with ``b == 0`` are left out even where the result is infinite.
-    On the GPU, without `b`, `where` and `scale`, one kernel reads each element once (the reduce
-    family: any axes, any strides); with them it runs as array operations on CuPy's current
-    stream.
+    On the GPU, without `b` and `where`, one kernel reads each element once (the reduce
+    family: any axes, any strides), applying a scalar `scale` positive and finite in the compute
+    type as it loads; with them, or another `scale`, it runs as array operations on CuPy's
+    current stream.
 
     Examples
     --------
@@ -285,8 +290,9 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     w, s, wb = _where(where, c), _scale(scale, c), _weights(b, c)
     xp = _xp(c)
     with _on_device(c):
-        if c.src.on_gpu and w is None and s is None and wb is None:  # the reduce kernels
-            r = _api.reduced(c, "logsumexp")
+        fs = _api.fused_scale(s, c.dtype)
+        if c.src.on_gpu and w is None and (s is None or fs is not None) and wb is None:
+            r = _api.reduced(c, "logsumexp", fs)  # the reduce kernels
             res = (r, _sign_of(xp, r)) if return_sign else (r,)
         elif xp is np and w is None and s is None and wb is None:  # in cache-sized pieces
             res = _host.log_sum(c.array.astype(c.dtype, copy=False), c.axes, return_sign, c.dtype)

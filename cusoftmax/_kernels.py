@@ -70,6 +70,23 @@ def source(filename: str) -> str:
     return paste_includes(lambda name: (folder / name).read_text(), filename)
 
 
+def instantiations(clusters: bool = True):
+    """Every (kernel, dtype name, template, ops) the library can launch (``clusters``: with the
+    cluster kernels, sm_90 and newer)."""
+    from . import planning
+
+    for load, op in ((load, op) for load, ops in planning.LOADS.items() for op in ops):
+        for dtype_name in planning.FUSED_TYPES[op]:
+            itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
+            made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
+                    else planning.vjp_templates(itemsize) if op in planning.VJPS
+                    else planning.templates(itemsize, clusters=clusters))
+            if op in ("softmax", "log_softmax") and dtype_name in planning.TOPK_TYPES:
+                made = [*made, *planning.topk_templates(itemsize)]
+            for kernel, template in made:
+                yield kernel, dtype_name, tuple(template), planning.ops_of(op, load)
+
+
 def name_expression(kernel: str, dtype_name: str, template, ops=OPS) -> str:
     """``csm::<family><csm::<load>, csm::<epilogue>, <element type>, <template...>>``."""
     args = ", ".join([*(f"csm::{op}" for op in ops), C_TYPES[dtype_name], *map(str, template)])
@@ -107,16 +124,26 @@ def _bound(plan, dtype_name, device_id, tuning):
     return fn
 
 
+def load_word(load: str, value=None) -> int:
+    """The kernels' last argument, the load functor (kernels/ops.cuh), as a 64-bit slot: 0 for
+    Plain (an empty struct), the bits of the float64 scale for Scaled."""
+    if load == "Plain":
+        return 0
+    return int(np.float64(value).view(np.int64))
+
+
 def _launcher(plan, fn, tail):
     """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y (``plan.inputs``
     inputs, then ``plan.outputs`` outputs: ``run(y, dy, dx)`` for a backward pass, ``run(x,
     values, indices)`` for a top-k) on the current stream through the driver, with their device
-    addresses followed by the fixed integer arguments ``tail``; the plan's workspace, if any, is
+    addresses followed by the fixed integer arguments ``tail`` and the load functor's slot
+    (``run(x, y, load=load_word(...))``; 0 unless given); the plan's workspace, if any, is
     allocated, its head zeroed on the same stream, and passed after the outputs. Every argument
     has an 8-byte slot (an int parameter reads the low 4 bytes, little-endian), packed once per
-    thread; a call writes only the addresses. This costs about the driver's launch alone, where
-    a RawKernel call converts each argument again (tools/host_launch.py measures both). A
-    cooperative plan has every block resident at once, or the launch fails."""
+    thread; a call writes only the addresses (and the load's slot where given). This costs about
+    the driver's launch alone, where a RawKernel call converts each argument again
+    (tools/host_launch.py measures both). A cooperative plan has every block resident at once, or
+    the launch fails."""
     import ctypes
 
     import cupy
@@ -127,13 +154,13 @@ def _launcher(plan, fn, tail):
     current_stream = cupy.cuda.get_current_stream
     arrays = plan.inputs + plan.outputs
     pointers = arrays + (workspace is not None)
-    n = pointers + len(tail)
+    n = pointers + len(tail) + 1
     per_thread = threading.local()  # a slot buffer is written and read by one launch at a time
 
     def slots():  # a thread's first launch of this kernel
         if not driver.ctxGetCurrent():  # the driver API launches in the thread's current context,
             runtime.free(0)  # which a thread that made no runtime call has not bound yet
-        buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail))
+        buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail), 0)
         base = ctypes.addressof(buf)
         params = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
         per_thread.buf = (buf, ctypes.addressof(params), params)
@@ -142,21 +169,23 @@ def _launcher(plan, fn, tail):
     launch_kernel = driver.launchCooperativeKernel if cooperative else driver.launchKernel
     extra = () if cooperative else (0,)  # the cooperative launch takes no `extra`
 
-    def run(*given):
+    def run(*given, load=None):
         buf, params, _ = getattr(per_thread, "buf", None) or slots()
         for i, a in enumerate(given):  # the arrays, then the workspace
             buf[i] = a.data.ptr
+        if load is not None:
+            buf[n - 1] = load
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
     if workspace is None:
         return run
     nbytes, zeroed = workspace
 
-    def run_two_pass(*given):
+    def run_two_pass(*given, load=None):
         work = cupy.empty(nbytes, dtype=np.uint8)
         if zeroed:
             work.data.memset_async(0, zeroed)  # on the current stream, as the launch
-        run(*given, work)
+        run(*given, work, load=load)
 
     return run_two_pass
 

@@ -164,9 +164,10 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     included: a slice holding +inf is all NaN (with `log`: NaN at the +inf entries, -inf
     elsewhere); a slice of all -inf is NaN. With `renormalize` they are the softmax of the `k`
     chosen values, NaN for a slice holding NaN anywhere. Half types are computed in float32,
-    float64 in float64. On the GPU, float16, bfloat16 and float32 without `where` and `scale`
-    take one read of `x` by the topk kernels (k up to 256); the rest runs as CuPy array
-    operations on the current stream (a partition and a sort of the candidates).
+    float64 in float64. On the GPU, float16, bfloat16 and float32 without `where` take one read
+    of `x` by the topk kernels (k up to 256), a scalar `scale` positive and finite in float32
+    applied as they load; the rest runs as CuPy array operations on the current stream (a
+    partition and a sort of the candidates).
 
     Examples
     --------
@@ -204,8 +205,10 @@ def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst, remembe
     (the caller's x, axis, key) for the fast path's table, where the kernels take the call."""
     if c.array.size == 0:
         return dst or (xp.empty(shape, c.dtype), xp.empty(shape, np.int64))
-    if xp is not np and w is None and s is None:
-        fused = _fused(c, ax, shape[ax], log, renormalize, None if dst else remember)
+    fs = _api.fused_scale(s, c.dtype)
+    if xp is not np and w is None and (s is None or fs is not None):
+        remember = None if dst or fs is not None else remember
+        fused = _fused(c, ax, shape[ax], log, renormalize, remember, fs)
         if fused is not None:
             if dst is None:
                 return fused
@@ -253,11 +256,12 @@ def finish(xp, op, values, kept, axes, st, has_nan, out=None):
     return C.normalize(xp, op, values, st, axes, where=kept, out=out)
 
 
-def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember=None):
+def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember=None,
+           scale=None):
     """(values, indices) of a GPU call by the topk kernels, or None where no plan takes it (a
     dtype of ``planning.TOPK_TYPES``; rows contiguous along the axis, copied where not). The
     launch enters the fast path's table where `remember` is given and x is the caller's
-    C-contiguous array reduced along its last axis."""
+    C-contiguous array reduced along its last axis. ``scale``: as ``_api.fused``."""
     import cupy
 
     if c.dtype.name not in planning.TOPK_TYPES:
@@ -275,9 +279,10 @@ def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember
         x, ldx = cupy.ascontiguousarray(x), n
     device = x.device.id
     tuning = planning.active()
+    load, word = _api._load(scale)
     plan = planning.topk_plan(rows, n, ldx, k, renormalize, x.itemsize, x.data.ptr % 16,
                               planning.device_limits(device), tuning,
-                              "log_softmax" if log else "softmax")
+                              "log_softmax" if log else "softmax", load)
     if plan is None:
         return None
     launch = _kernels.bind(plan, None, c.dtype.name, device, tuning)
@@ -285,7 +290,7 @@ def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember
 
     def run(x):
         values, indices = new(shape, dtype), new(shape, np.int64)
-        launch(x, values, indices)
+        launch(x, values, indices, load=word)
         return values, indices
 
     values, indices = run(x)

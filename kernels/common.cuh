@@ -71,6 +71,10 @@ __device__ inline float fast_exp(float t) {
 }
 __device__ inline double fast_exp(double t) { return exp(t); }
 
+// a * b rounded, never contracted with a later add into a fused multiply-add.
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 // exp(x - m) for every element of a slice whose max is m, as 2^(x * log2(e) - s) with one
 // shift s = m * log2(e) rounded once per slice: FFMA and MUFU.EX2, one instruction fewer than
 // fast_exp(x - m). The rounding of s, r = m * log2(e) - s, multiplies every term of the slice
@@ -326,12 +330,12 @@ template <typename T, int THREADS> constexpr int HALF_RESIDENT = 2048 / THREADS 
 // B packs of V columns (the same V columns at B steps of a strided axis) as Ld loads them,
 // column by column: w[j][b] is column j at step b.
 template <class Ld, int B, typename T, int V, typename C>
-__device__ inline void pack_columns(const Pack<T, V> (&p)[B], C (&w)[V][B]) {
+__device__ inline void pack_columns(const Ld& ld, const Pack<T, V> (&p)[B], C (&w)[V][B]) {
 #pragma unroll
     for (int b = 0; b < B; ++b) {
         C v[V];
         unpack(p[b], v);
-        Ld::load(v);
+        ld.load(v);
 #pragma unroll
         for (int j = 0; j < V; ++j) w[j][b] = v[j];
     }
@@ -594,7 +598,7 @@ __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, 
 // before any is used; a batch wholly inside the run (every batch but the last) loads and stores
 // without a bound test per pack.
 template <class Ld, int THREADS, typename T, int V, L2 H = L2::normal, typename F>
-__device__ inline void walk_run(const T* xr, int n, F&& f) {
+__device__ inline void walk_run(const Ld& ld, const T* xr, int n, F&& f) {
     using C = compute_t<T>;
     constexpr int WALK_BATCH = 4;  // packs in flight a thread: best spill and online reads [kernels-1]
     constexpr int STEP = THREADS * V;
@@ -609,7 +613,7 @@ __device__ inline void walk_run(const T* xr, int n, F&& f) {
         for (int b = 0; b < WALK_BATCH; ++b) {
             C v[V];
             unpack_word<T, V>(w[b], v);
-            Ld::load(v);
+            ld.load(v);
             f(c0 + b * STEP, v, true);
         }
     }
@@ -621,7 +625,7 @@ __device__ inline void walk_run(const T* xr, int n, F&& f) {
         for (int b = 0; b < WALK_BATCH; ++b) {
             C v[V];
             unpack_word<T, V>(w[b], v);
-            Ld::load(v);
+            ld.load(v);
             f(c0 + b * STEP, v, false);
         }
     }
@@ -650,10 +654,10 @@ template <class Ep, bool SHIFTED, int V, typename C> __device__ inline void fini
 // shift_ok); loads and whole-pack stores under the L2 priorities LOAD and STORE.
 template <class Ld, class Ep, bool SHIFTED, int THREADS, typename T, int V, L2 LOAD = L2::normal,
           L2 STORE = L2::normal, typename C>
-__device__ inline void write_run(const T* xr, T* yr, int n, C m, C k) {
+__device__ inline void write_run(const Ld& ld, const T* xr, T* yr, int n, C m, C k) {
     const C s = shift_of(m);
     const unsigned long long pol = l2_policy<STORE>();
-    walk_run<Ld, THREADS, T, V, LOAD>(xr, n, [&](int c, C(&v)[V], bool whole) {
+    walk_run<Ld, THREADS, T, V, LOAD>(ld, xr, n, [&](int c, C(&v)[V], bool whole) {
         finish<Ep, SHIFTED>(v, m, s, k);
         store_run_pack<T, V, STORE>(yr, c, n, v, whole, pol);
     });

@@ -2,11 +2,13 @@
 // functor type Ld and an epilogue op type Ep as its first two template parameters; a new
 // operation is a new pair of these, not a new kernel.
 //
-// Load (Ld): `static void load(C (&v)[V])`, called on each pack's values in the compute type
-// where a kernel has just converted the pack from memory (unpack, unpack_word); it may transform
-// them in place. The reductions (max, sum of exp) and the writes see what it leaves.
-// `BITS`: true where load leaves the values as they are; the maxima taken on packs' bits
-// (Staged::max by pack_max, the slab's half pairs) require it.
+// Load (Ld): a value passed to every kernel as its last argument (kernels/common.cuh's helpers
+// take it by reference); `void load(C (&v)[V]) const`, called on each pack's values in the
+// compute type where a kernel has just converted the pack from memory (unpack, unpack_word); it
+// may transform them in place. The reductions (max, sum of exp) and the writes see what it
+// leaves. Every load is monotone non-decreasing and keeps -inf, the kernels' padding, as -inf: a
+// maximum taken on packs' bits (Staged::max by pack_max, the slab's half pairs) is then loaded
+// as one value (`one`). `BITS`: true where load leaves the values as they are.
 //
 // Epilogue (Ep): per slice, from the slice's max m and its sum d of exp(x - ref(m)):
 //   TERMS                             the kernels that hold a slice on chip keep its terms
@@ -31,8 +33,28 @@ namespace csm {
 // x as it is in memory.
 struct Plain {
     static constexpr bool BITS = true;
-    template <int V, typename C> __device__ static void load(C (&)[V]) {}
+    template <int V, typename C> __device__ void load(C (&)[V]) const {}
 };
+
+// s * x in the compute type, for a finite s > 0 (the launcher passes s's bits): as composed,
+// (x in C) * C(s), rounded (a product the compiler may not fuse into a later add). Monotone, and
+// -inf stays -inf; other scales are computed apart.
+struct Scaled {
+    static constexpr bool BITS = false;
+    double s;
+    template <int V, typename C> __device__ void load(C (&v)[V]) const {
+        const C f = C(s);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = mul_rn(v[j], f);
+    }
+};
+
+// One value as Ld loads it.
+template <class Ld, typename C> __device__ inline C one(const Ld& ld, C x) {
+    C v[1] = {x};
+    ld.load(v);
+    return v[0];
+}
 
 // y = exp(x - m) / d, as e * (1 / d) (scale_of). A slice holding NaN or +inf, or all -inf, is
 // all NaN (d is NaN), as SciPy's softmax.

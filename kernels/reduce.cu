@@ -119,26 +119,27 @@ template <class Ep, typename T, typename C> __device__ inline void put_value(voi
 // A walk of P packs' words for MCS::push: each value as Ld loads it (unpacked at each walk, so
 // only the words are held).
 template <class Ld, typename T, int V, int P> struct Words {
+    const Ld& ld;
     const word_t<T, V> (&w)[P];
     template <typename F> __device__ void operator()(F&& f) const {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             compute_t<T> u[V];
             unpack_word<T, V>(w[p], u);
-            Ld::load(u);
+            ld.load(u);
 #pragma unroll
             for (int j = 0; j < V; ++j) f(u[j]);
         }
     }
 };
-template <class Ld, typename T, int V, int P> __device__ inline Words<Ld, T, V, P> words(const word_t<T, V> (&w)[P]) {
-    return {w};
+template <class Ld, typename T, int V, int P> __device__ inline Words<Ld, T, V, P> words(const Ld& ld, const word_t<T, V> (&w)[P]) {
+    return {ld, w};
 }
 
 // This thread's packs of the n elements at xr: c0, c0 + step, ..., in batches of REDUCE_BATCH,
 // the next batch loaded before this one is pushed, so two are in flight (-inf past n, no load).
 template <class Ld, typename T, int V>
-__device__ inline void push_run(const T* xr, int n, int c0, int step, MCS<compute_t<T>>& s) {
+__device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int step, MCS<compute_t<T>>& s) {
     using C = compute_t<T>;
     auto load = [&](int c, word_t<T, V>(&w)[REDUCE_BATCH]) {
 #pragma unroll
@@ -148,7 +149,7 @@ __device__ inline void push_run(const T* xr, int n, int c0, int step, MCS<comput
     if (c0 < n) load(c0, w);
     for (int c = c0; c < n; c += REDUCE_BATCH * step) {
         load(c + REDUCE_BATCH * step, next);
-        s.push(words<Ld, T, V>(w));
+        s.push(words<Ld, T, V>(ld, w));
 #pragma unroll
         for (int b = 0; b < REDUCE_BATCH; ++b) w[b] = next[b];
     }
@@ -161,7 +162,7 @@ __device__ inline void push_run(const T* xr, int n, int c0, int step, MCS<comput
 // every lane runs the same steps, so the shuffles stay converged.
 template <class Ld, class Ep, typename T, int V, int W, int P, int R>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
-    reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx) {
+    reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx, const Ld ld) {
     using C = compute_t<T>;
     constexpr int G = 32 / W;  // groups a warp
     constexpr int SPAN = W * P * V;  // elements a round
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         load(first2, k2, next);  // past the end: the last row again, unused
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            s[r].push(words<Ld, T, V>(raw[r]));
+            s[r].push(words<Ld, T, V>(ld, raw[r]));
             if (last) {
                 const MCS<C> t = group_merge(s[r], W);
                 const long long row = first + (long long)r * G + group;
@@ -227,7 +228,7 @@ struct ReduceWork {
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_chunks(const T* x, void* y, void* work, long long rows, long long n, long long ldx,
-                  long long chunk, long long chunks) {
+                  long long chunk, long long chunks, const Ld ld) {
     using C = compute_t<T>;
     __shared__ double sh[3 * 32];
     __shared__ int flag;
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         const long long row = t / chunks, k = t % chunks, begin = k * chunk;
         const int len = int(min(chunk, n - begin));
         MCS<C> s = MCS<C>::identity();
-        push_run<Ld, T, V>(x + row * ldx + begin, len, int(threadIdx.x) * V, REDUCE_THREADS * V, s);
+        push_run<Ld, T, V>(ld, x + row * ldx + begin, len, int(threadIdx.x) * V, REDUCE_THREADS * V, s);
         s = block_merge(s, sh);
         if (chunks == 1) {
             if (threadIdx.x == 0) put_value<Ep, T>(y, row, s);
@@ -261,7 +262,8 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_columns(const T* x, void* y, void* work, long long outer, long long n, long long inner,
-                   long long xso, long long xsn, long long chunk, long long chunks, int width) {
+                   long long xso, long long xsn, long long chunk, long long chunks, int width,
+                   const Ld ld) {
     using C = compute_t<T>;
     __shared__ double red[3 * REDUCE_THREADS];
     __shared__ int flag;
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
                     }
                 }
                 C w[V][COLUMN_STEPS];  // column j at the batch's steps
-                pack_columns<Ld>(p, w);
+                pack_columns<Ld>(ld, p, w);
 #pragma unroll
                 for (int j = 0; j < V; ++j)
                     s[j].push([&](auto f) {

@@ -66,7 +66,7 @@ struct StripLane {
 // from xo (the thread's first column at step 0), in batches of B steps; S: the state (MD<C>, or
 // any type with its identity() and push_pack<Ep>).
 template <class Ld, class Ep, typename T, int V, int B = COLUMN_BATCH, typename S>
-__device__ inline void column_states(const T* xo, const StripLane& at, long long k0, long long k1,
+__device__ inline void column_states(const Ld& ld, const T* xo, const StripLane& at, long long k0, long long k1,
                                      long long xsn, S (&s)[V]) {
     using C = compute_t<T>;
 #pragma unroll
@@ -75,7 +75,7 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
         Pack<T, V> p[B];
         load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
         C w[V][B];  // column j at the batch's steps
-        pack_columns<Ld>(p, w);
+        pack_columns<Ld>(ld, p, w);
 #pragma unroll
         for (int j = 0; j < V; ++j) s[j].template push_pack<Ep>(w[j]);  // one rescale check per column per batch
     }
@@ -83,7 +83,7 @@ __device__ inline void column_states(const T* xo, const StripLane& at, long long
 
 // The same steps read again and written, Ep's outputs with each column's m and constant, to yo.
 template <class Ld, class Ep, typename T, int V, int B = COLUMN_BATCH, typename C>
-__device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, long long k0, long long k1,
+__device__ inline void column_writes(const Ld& ld, const T* xo, T* yo, const StripLane& at, long long k0, long long k1,
                                      long long xsn, long long ysn, const C (&m)[V], const C (&consts)[V]) {
     for (long long k = k0 + at.lane; k < k1; k += B * at.lanes) {
         Pack<T, V> p[B];
@@ -94,7 +94,7 @@ __device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, lo
             if (kb >= k1) break;
             C v[V];
             unpack(p[b], v);
-            Ld::load(v);
+            ld.load(v);
 #pragma unroll
             for (int j = 0; j < V; ++j) v[j] = Ep::template apply<false>(v[j], m[j], m[j], consts[j]);
             store_row_pack<T, V>(yo + kb * ysn, 0, at.left, v);
@@ -103,12 +103,12 @@ __device__ inline void column_writes(const T* xo, T* yo, const StripLane& at, lo
 }
 
 template <class Ld, class Ep, typename T, int V, typename C>
-__device__ inline void columns_read(const T* x, long long xso, long long xsn,
+__device__ inline void columns_read(const Ld& ld, const T* x, long long xso, long long xsn,
                                     const StripLane& at, long long k0, long long k1, long long c,
                                     long long chunks, int width, double* line_part,
                                     double* line_stats, unsigned* line_count, MD<C>* red, int* flag) {
     MD<C> s[V];
-    column_states<Ld, Ep, T, V>(x + at.o * xso + at.col, at, k0, k1, xsn, s);
+    column_states<Ld, Ep, T, V>(ld, x + at.o * xso + at.col, at, k0, k1, xsn, s);
     // Merge over the step lanes, in lane order, column by column; lane 0 writes the partials.
     const int cols = width * V;
     double* chunk_part = line_part + 2LL * c * cols;
@@ -132,7 +132,7 @@ __device__ inline void columns_read(const T* x, long long xso, long long xsn,
 }
 
 template <class Ld, class Ep, typename T, int V, typename C>
-__device__ inline void columns_write(const T* x, T* y, long long xso, long long xsn, long long yso,
+__device__ inline void columns_write(const Ld& ld, const T* x, T* y, long long xso, long long xsn, long long yso,
                                      long long ysn, const StripLane& at, long long k0, long long k1,
                                      long long chunks, const double* line_stats,
                                      const unsigned* line_count) {
@@ -144,7 +144,7 @@ __device__ inline void columns_write(const T* x, T* y, long long xso, long long 
         m[j] = s.m;
         k[j] = Ep::constant(s.m, s.d);
     }
-    column_writes<Ld, Ep, T, V>(x + at.o * xso + at.col, y + at.o * yso + at.col, at, k0, k1, xsn, ysn, m, k);
+    column_writes<Ld, Ep, T, V>(ld, x + at.o * xso + at.col, y + at.o * yso + at.col, at, k0, k1, xsn, ysn, m, k);
 }
 
 // Blocks of at most COLUMNS_MAX_THREADS threads, `width` (a power of two) dividing the block,
@@ -155,7 +155,7 @@ template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM)
     columns(const T* x, T* y, void* work, long long outer, long long n, long long inner,
                     long long xso, long long xsn, long long yso, long long ysn, long long chunk,
-                    long long chunks, long long per_group, int width) {
+                    long long chunks, long long per_group, int width, const Ld ld) {
     using C = compute_t<T>;
     __shared__ MD<C> red[COLUMNS_MAX_THREADS];
     __shared__ unsigned long long slots[2];
@@ -173,10 +173,10 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM
             const StripLane at(line, strips, inner, width, V);
             const long long k0 = c * chunk, k1 = min(n, k0 + chunk);
             if (write)
-                columns_write<Ld, Ep, T, V, C>(x, y, xso, xsn, yso, ysn, at, k0, k1, chunks,
+                columns_write<Ld, Ep, T, V, C>(ld, x, y, xso, xsn, yso, ysn, at, k0, k1, chunks,
                                        ws.stats + 2 * line * cols, ws.count + line);
             else
-                columns_read<Ld, Ep, T, V, C>(x, xso, xsn, at, k0, k1, c, chunks, width,
+                columns_read<Ld, Ep, T, V, C>(ld, x, xso, xsn, at, k0, k1, c, chunks, width,
                                       ws.part + 2 * line * chunks * cols, ws.stats + 2 * line * cols,
                                       ws.count + line, red, &flag);
         }
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM
 constexpr int SLAB_MAX_COLS = CSM_SLAB_MAX_COLS;  // columns per strip, at most
 
 // This thread's part of a block's slab: pack `pack` at steps lane, lane + lanes, ... < count.
-template <class Ld, typename T, int V> struct SlabPart {
+template <typename T, int V> struct SlabPart {
     T* s;
     int pack, lane, lanes, width, count;
     __device__ T* at(int k) const { return s + ((long long)k * width + pack) * V; }
@@ -206,13 +206,12 @@ template <class Ld, typename T, int V> struct SlabPart {
     __device__ void load(const T* src, long long xsn, int k, long long left) const {
         stage_pack<T, V>(at(k), src + k * xsn, left);
     }
-    // Each of the pack's V columns: its largest element (as Ld loads it) at this thread's steps in
-    // [k0, k1) (k0 a multiple of lanes), into m (which holds -inf; fmax semantics). Half types
-    // compare pairs as they are (one HMNMX2 per two columns a step, no conversions): the same
-    // maxima where Ld keeps the elements (Ld::BITS).
+    // Each of the pack's V columns: its largest element as in memory at this thread's steps in
+    // [k0, k1) (k0 a multiple of lanes), into m (which holds -inf or earlier steps' maxima; fmax
+    // semantics). Half types compare pairs as they are (one HMNMX2 per two columns a step, no
+    // conversions).
     __device__ void max(float (&m)[V], int k0, int k1) const {
         if constexpr (sizeof(T) == 2 && V >= 2) {
-            static_assert(Ld::BITS, "half pairs compared as loaded");
             using T2 = typename Traits<T>::T2;
             T2 top[V / 2], w[V / 2];
 #pragma unroll
@@ -229,7 +228,6 @@ template <class Ld, typename T, int V> struct SlabPart {
             for (int k = k0 + lane; k < k1; k += lanes) {
                 float v[V];
                 unpack(load_pack<T, V>(at(k)), v);
-                Ld::load(v);
 #pragma unroll
                 for (int j = 0; j < V; ++j) m[j] = fmax(m[j], v[j]);
             }
@@ -324,7 +322,7 @@ constexpr int SLAB_COPY_GROUPS = 4;
 template <class Ld, class Ep, typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4)
     slab(const T* x, T* y, long long outer, long long n, long long inner, long long xso,
-                 long long xsn, long long yso, long long ysn, int width) {
+                 long long xsn, long long yso, long long ysn, int width, const Ld ld) {
     static_assert(sizeof(compute_t<T>) == 4, "slab: float compute types");
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int RB = CL > SLAB_MAX_WARPS ? CL : SLAB_MAX_WARPS;  // pairs' rows of a round
@@ -334,7 +332,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
     const int rank = int(cluster_rank<CL>());
     const long long per = (n + CL - 1) / CL, k0 = rank * per;
     const int cols = width * V;
-    const SlabPart<Ld, T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * RB * cols),
+    const SlabPart<T, V> part{reinterpret_cast<T*>(smem + SLAB_SCRATCH + 16 * RB * cols),
                               int(threadIdx.x % width), int(threadIdx.x / width),
                               int(blockDim.x / width), width, int(max(0LL, min(n, k0 + per) - k0))};
     // Steps of a copy group: this thread's steps cut in SLAB_COPY_GROUPS, times lanes.
@@ -368,11 +366,12 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
                 copy_wait_pending(SLAB_COPY_GROUPS - 1 - g);
                 part.max(m, g * q, min(part.count, (g + 1) * q));
             }
+        ld.load(m);  // the maxima as loaded (Ld's load is monotone)
         warp_columns_reduce(m, width, MaxOp());  // the warp's maxima
         if (left > 0)
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
-                Ld::load(v);
+                ld.load(v);
 #pragma unroll
                 for (int j = 0; j < V; ++j) d[j] += fast_exp(v[j] - Ep::ref(sum_base(m[j])));
             }
@@ -383,7 +382,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SLAB_MAX_THREADS, 4
             T* dst = y + offset(line, yso, ysn);
             for (int s = part.lane; s < part.count; s += part.lanes) {
                 unpack(load_pack<T, V>(part.at(s)), v);
-                Ld::load(v);
+                ld.load(v);
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[j] = Ep::template apply<false>(v[j], m[j], m[j], c[j]);
                 store_row_pack<T, V>(dst + s * ysn, 0, left, v);

@@ -93,7 +93,7 @@ __device__ inline void sum_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
 // SPAN: rows in the 16-byte packs of their aligned spans (head_of), W * P * V >= cols + V - 1;
 // a row's head is taken from x's row for the loads and from y's (the same) for the stores.
 template <class Ld, class Ep, typename T, int V, int P, int R, int W, bool SPAN = false>
-__device__ inline void short_rows(const T* x, T* y, long long rows, int cols, long long ldx,
+__device__ inline void short_rows(const Ld& ld, const T* x, T* y, long long rows, int cols, long long ldx,
                                   long long ldy) {
     using C = compute_t<T>;
     const int sub = threadIdx.x & (W - 1);
@@ -131,7 +131,7 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 unpack_word<T, V>(raw[r][p], v[r][p]);
-                Ld::load(v[r][p]);
+                ld.load(v[r][p]);
                 if constexpr (SPAN) mask_span<V>(v[r][p], (p * W + sub) * V, head, head + cols);
             }
         }
@@ -178,7 +178,7 @@ __device__ inline void short_rows(const T* x, T* y, long long rows, int cols, lo
 // of 32 registers (ptxas, sm_90). The half types' spill 4 bytes, in the branch of a partial
 // pack's element stores [kernels-2].
 template <class Ld, class Ep, typename T, int V, int P, bool SPAN>
-__device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, long long ldx,
+__device__ inline void wide_rows(const Ld& ld, const T* x, T* y, long long rows, int cols, long long ldx,
                                  long long ldy) {
     using C = compute_t<T>;
     constexpr bool WHOLE = SPAN && sizeof(T) == 2;
@@ -194,7 +194,7 @@ __device__ inline void wide_rows(const T* x, T* y, long long rows, int cols, lon
             const int c = (p * lanes + t) * V;
             unpack_word<T, V>(WHOLE ? load_span_word<T, V>(xr, c, end, head, whole)
                                     : load_row_word<T, V, SPAN>(xr, c, end, neg_inf<C>(), head), v[0][p]);
-            Ld::load(v[0][p]);
+            ld.load(v[0][p]);
             if constexpr (WHOLE) mask_span<V>(v[0][p], c, head, end);
         }
         C mine = neg_inf<C>();
@@ -232,18 +232,18 @@ template <typename T> constexpr bool WIDE_PLAIN = sizeof(T) == 2;
 template <class Ld, class Ep, typename T, int V, int P, int R, int W>
 __global__ void __launch_bounds__(R ? CSM_SHORT_ROWS_THREADS : 1024, R ? 0 : WIDE_BLOCKS<T, V>)
     registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
-                      int width) {
+                      int width, const Ld ld) {
     static_assert((R == 0) == (W == 0), "short rows name their lanes, wide rows take `width`");
     if constexpr (R == 0) {
         if (int(blockDim.x) != width) __trap();  // a row a block
         if constexpr (SPANS<T, V> && WIDE_PLAIN<T>) {
-            if (in_spans(x, y, ldx, ldy)) return wide_rows<Ld, Ep, T, V, P, true>(x, y, rows, cols, ldx, ldy);
-            return wide_rows<Ld, Ep, T, V, P, false>(x, y, rows, cols, ldx, ldy);
+            if (in_spans(x, y, ldx, ldy)) return wide_rows<Ld, Ep, T, V, P, true>(ld, x, y, rows, cols, ldx, ldy);
+            return wide_rows<Ld, Ep, T, V, P, false>(ld, x, y, rows, cols, ldx, ldy);
         }
         if (SPANS<T, V> && !rows_alike(x, y, ldx, ldy)) __trap();
-        wide_rows<Ld, Ep, T, V, P, SPANS<T, V>>(x, y, rows, cols, ldx, ldy);
+        wide_rows<Ld, Ep, T, V, P, SPANS<T, V>>(ld, x, y, rows, cols, ldx, ldy);
     } else {
-        short_rows<Ld, Ep, T, V, P, R, W>(x, y, rows, cols, ldx, ldy);
+        short_rows<Ld, Ep, T, V, P, R, W>(ld, x, y, rows, cols, ldx, ldy);
     }
 }
 
@@ -254,10 +254,10 @@ __global__ void __launch_bounds__(R ? CSM_SHORT_ROWS_THREADS : 1024, R ? 0 : WID
 template <class Ld, class Ep, typename T, int V, int P, int R, int W>
 __global__ void __launch_bounds__(CSM_SHORT_ROWS_THREADS, 0)
     short_spans(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
-                        int width) {
+                        int width, const Ld ld) {
     static_assert(SPANS<T, V> && R >= 1 && W >= 1, "short rows in 16-byte packs");
     if (width != W || !rows_alike(x, y, ldx, ldy)) __trap();
-    short_rows<Ld, Ep, T, V, P, R, W, true>(x, y, rows, cols, ldx, ldy);
+    short_rows<Ld, Ep, T, V, P, R, W, true>(ld, x, y, rows, cols, ldx, ldy);
 }
 
 // A slice of a row staged in shared memory as bits, walked by one thread: its packs are
@@ -294,32 +294,32 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
             }
         }
     }
-    __device__ C max() const {
-        static_assert(Ld::BITS, "the maxima of the staged packs' bits (pack_max) are those of x");
+    // The maximum of the packs' bits, loaded (Ld's load is monotone).
+    __device__ C max(const Ld& ld) const {
         C m = neg_inf<C>();
         for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
-        return m;
+        return one(ld, m);
     }
     // The slice's sum of exp(x - Ep::ref(m)), and its writes, Ep's outputs with constant k.
     // SHIFT: by exp_shifted where shift_ok and Ep::SHIFTS, which is exact only where the slice's
     // sum and writes use the same m (or the writes' constant is Ep::shifted_writes).
-    template <bool SHIFT> __device__ C sum(C m) const {
+    template <bool SHIFT> __device__ C sum(const Ld& ld, C m) const {
         const C base = Ep::ref(m);
-        return with_shift(SHIFT && Ep::SHIFTS && shift_ok(base), [&](auto sh) { return sum_by<decltype(sh)::value>(base); });
+        return with_shift(SHIFT && Ep::SHIFTS && shift_ok(base), [&](auto sh) { return sum_by<decltype(sh)::value>(ld, base); });
     }
-    template <bool SHIFT> __device__ void write(T* y, long long left, C m, C k) const {
-        with_shift(SHIFT && Ep::SHIFTS && shift_ok(m), [&](auto sh) { write_by<decltype(sh)::value>(y, left, m, k); });
+    template <bool SHIFT> __device__ void write(const Ld& ld, T* y, long long left, C m, C k) const {
+        with_shift(SHIFT && Ep::SHIFTS && shift_ok(m), [&](auto sh) { write_by<decltype(sh)::value>(ld, y, left, m, k); });
     }
 
     // Double keeps each term of its sum, exp(x - m), in place of x (sum_kept), and its writes
     // take the kept terms (write_kept): one exp of double an element (some twenty FP64
     // instructions) in place of two [kernels-6]. The same bits as sum<false> and, where the
     // constant is that of m, write<false>.
-    __device__ C sum_kept(C m) const {
+    __device__ C sum_kept(const Ld& ld, C m) const {
         static_assert(sizeof(T) == sizeof(C), "kept terms are stored exactly, in the compute type");
         static_assert(Ep::TERMS, "the writes take the terms");
         C part = 0;
-        each([&](int k, C(&v)[V]) {
+        each(ld, [&](int k, C(&v)[V]) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
                 v[j] = fast_exp(v[j] - m);
@@ -330,7 +330,7 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
         return part;
     }
     __device__ void write_kept(T* y, long long left, C c) const {
-        each([&](int k, C(&v)[V]) {
+        each(Plain(), [&](int k, C(&v)[V]) {  // terms, loaded already
 #pragma unroll
             for (int j = 0; j < V; ++j) v[j] = Ep::apply_term(v[j], c);
             store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
@@ -338,27 +338,27 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
     }
 
   private:
-    // f(k, v) for each of this thread's packs k, v its values in the compute type.
-    template <typename F> __device__ void each(F&& f) const {
+    // f(k, v) for each of this thread's packs k, v its values in the compute type as L loads them.
+    template <class L, typename F> __device__ void each(const L& ld, F&& f) const {
         for (int k = first; k < count; k += stride) {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
-            Ld::load(v);
+            ld.load(v);
             f(k, v);
         }
     }
-    template <bool SHIFTED> __device__ C sum_by(C m) const {
+    template <bool SHIFTED> __device__ C sum_by(const Ld& ld, C m) const {
         const C shift = shift_of(m);
         C part = 0;
-        each([&](int, C(&v)[V]) {
+        each(ld, [&](int, C(&v)[V]) {
 #pragma unroll
             for (int j = 0; j < V; ++j) part += exp_by<SHIFTED>(v[j], m, shift);
         });
         return part;
     }
-    template <bool SHIFTED> __device__ void write_by(T* y, long long left, C m, C c) const {
+    template <bool SHIFTED> __device__ void write_by(const Ld& ld, T* y, long long left, C m, C c) const {
         const C shift = shift_of(m);
-        each([&](int k, C(&v)[V]) {
+        each(ld, [&](int k, C(&v)[V]) {
             finish<Ep, SHIFTED>(v, m, shift, c);
             store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
         });
@@ -371,7 +371,7 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
 // registers. Shuffles only; the loop runs per warp, so they stay converged.
 template <class Ld, class Ep, typename T, int V, int R>
 __global__ void tiles(const T* x, T* y, long long rows, long long cols, long long ldx,
-                              long long ldy, int width) {
+                              long long ldy, int width, const Ld ld) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     const int packs = int((cols + V - 1) / V);
@@ -393,10 +393,10 @@ __global__ void tiles(const T* x, T* y, long long rows, long long cols, long lon
 #pragma unroll 1
         for (int r = 0; r < R; ++r) {
             const Staged<Ld, Ep, T, V> st = staged(r);
-            const C m = group_reduce(st.max(), width, MaxOp());
+            const C m = group_reduce(st.max(ld), width, MaxOp());
             // At most 32 terms per lane and 5 shuffle levels: a float sum stays far inside 1e-5.
-            const C d = group_reduce(st.template sum<true>(m), width, SumOp());
-            st.template write<true>(y + min(row_of(r), rows - 1) * ldy, cols, m, Ep::constant(m, d));
+            const C d = group_reduce(st.template sum<true>(ld, m), width, SumOp());
+            st.template write<true>(ld, y + min(row_of(r), rows - 1) * ldy, cols, m, Ep::constant(m, d));
         }
     }
 }
@@ -413,7 +413,7 @@ __global__ void tiles(const T* x, T* y, long long rows, long long cols, long lon
 // never used or written, so x may equal y. `tile`: a multiple of 32 / W.
 template <class Ld, class Ep, typename T, int E, int W>
 __global__ void __launch_bounds__(CSM_FLAT_THREADS) flat(const T* x, T* y, long long rows, int cols, long long ldx,
-                                                         long long ldy, int tile) {
+                                                         long long ldy, int tile, const Ld ld) {
     using C = compute_t<T>;
     constexpr int Q = 16 / sizeof(T);  // elements a 16-byte pack
     extern __shared__ __align__(16) unsigned char smem[];
@@ -444,7 +444,7 @@ __global__ void __launch_bounds__(CSM_FLAT_THREADS) flat(const T* x, T* y, long 
             for (int j = 0; j < E; ++j) {
                 const int c = sub + j * W;
                 v[0][j][0] = i < n && c < cols ? Traits<T>::in(bits(row)[c]) : neg_inf<C>();
-                Ld::load(v[0][j]);
+                ld.load(v[0][j]);
                 m[0] = fmax(m[0], v[0][j][0]);
             }
             lanes_reduce_rows<W>(m, MaxOp());
@@ -499,7 +499,7 @@ template <typename C> __device__ inline C kept_fix(C mine, C base, C m) {
 // writes. SPAN: rows in the 16-byte packs of their aligned spans (in_spans), cut as rows of
 // cols + V - 1 elements.
 template <class Ld, class Ep, typename T, int V, int CL, int SPILL, bool SPAN>
-__device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long cols, long long ldx,
+__device__ inline void fused_rows_in(const Ld& ld, const T* x, T* y, long long rows, long long cols, long long ldx,
                                      long long ldy, long long first, long long step, int rank, int held) {
     static_assert(CL <= 16, "FUSED_SCRATCH receives pairs from up to 16 blocks");
     using C = compute_t<T>;
@@ -533,9 +533,9 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
             if (k == 0) mail.opened();  // while the first row loads
         MD<C> sp = MD<C>::identity();
         const long long xs = row * ldx + (k0 + kept) * V - head;  // the spill's first element
-        if constexpr (SPILL) walk_run<Ld, SPILL_THREADS, T, V>(x + xs, spill, [&](int, C(&v)[V], bool) { sp.template push_pack<Ep>(v); });
+        if constexpr (SPILL) walk_run<Ld, SPILL_THREADS, T, V>(ld, x + xs, spill, [&](int, C(&v)[V], bool) { sp.template push_pack<Ep>(v); });
         copy_wait();
-        C m = block_reduce(SPILL ? fmax(st.max(), sp.m) : st.max(), cscratch, MaxOp());
+        C m = block_reduce(SPILL ? fmax(st.max(ld), sp.m) : st.max(ld), cscratch, MaxOp());
         // At most ~120 terms per thread in float, then the trees in double. A slice of only
         // -inf sums against 0 (it adds (-inf, 0) to the cluster's merge). Without a spill, the
         // terms by exp_shifted against the block's max (faster; the spill kernel slower with
@@ -545,9 +545,9 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
         const C mine_m = m, base = sum_base(m);
         C part;
         if constexpr (KEEP)
-            part = st.sum_kept(base);
+            part = st.sum_kept(ld, base);
         else
-            part = st.template sum<SHIFT>(base);
+            part = st.template sum<SHIFT>(ld, base);
         acc_t dt = acc_t(CL > 1 && SHIFT ? part * shift_fix(base) : part);
         if constexpr (SPILL) dt += sum_at(sp.m, sp.d, m);
         acc_t d = block_reduce(dt, scratch, SumOp());
@@ -562,9 +562,9 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
         if constexpr (KEEP)  // the kept terms exp(x - base) times exp(base - m): 1 where base is m
             st.write_kept(y + row * ldy + k0 * V - head, left, c * kept_fix(mine_m, base, m));
         else
-            st.template write<SHIFT>(y + row * ldy + k0 * V - head, left, m, CL > 1 && SHIFT ? Ep::shifted_writes(m, c) : c);
+            st.template write<SHIFT>(ld, y + row * ldy + k0 * V - head, left, m, CL > 1 && SHIFT ? Ep::shifted_writes(m, c) : c);
         if constexpr (SPILL)  // the spill read again
-            write_run<Ld, Ep, false, SPILL_THREADS, T, V>(x + xs, y + (row * ldy + (k0 + kept) * V - head), spill, m, c);
+            write_run<Ld, Ep, false, SPILL_THREADS, T, V>(ld, x + xs, y + (row * ldy + (k0 + kept) * V - head), spill, m, c);
     }
     if constexpr (CL > 1) {
         if (k == 0) mail.opened();  // no row: still leave the cluster barrier
@@ -574,24 +574,26 @@ __device__ inline void fused_rows_in(const T* x, T* y, long long rows, long long
 
 // fused_rows_in on the span path where the rows are off 16-byte boundaries, else on the plain one.
 template <class Ld, class Ep, typename T, int V, int CL, int SPILL>
-__device__ inline void fused_rows(const T* x, T* y, long long rows, long long cols, long long ldx,
+__device__ inline void fused_rows(const Ld& ld, const T* x, T* y, long long rows, long long cols, long long ldx,
                                   long long ldy, long long first, long long step, int rank, int held) {
     if constexpr (SPANS<T, V>)
         if (in_spans(x, y, ldx, ldy))
-            return fused_rows_in<Ld, Ep, T, V, CL, SPILL, true>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
-    fused_rows_in<Ld, Ep, T, V, CL, SPILL, false>(x, y, rows, cols, ldx, ldy, first, step, rank, held);
+            return fused_rows_in<Ld, Ep, T, V, CL, SPILL, true>(ld, x, y, rows, cols, ldx, ldy, first, step, rank, held);
+    fused_rows_in<Ld, Ep, T, V, CL, SPILL, false>(ld, x, y, rows, cols, ldx, ldy, first, step, rank, held);
 }
 
 template <class Ld, class Ep, typename T, int V>
-__global__ void block(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
-    fused_rows<Ld, Ep, T, V, 1, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0, 0);
+__global__ void block(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
+                      const Ld ld) {
+    fused_rows<Ld, Ep, T, V, 1, 0>(ld, x, y, rows, cols, ldx, ldy, blockIdx.x, gridDim.x, 0, 0);
 }
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
 template <class Ld, class Ep, typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1)
-    cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy) {
-    fused_rows<Ld, Ep, T, V, CL, 0>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+    cluster(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy,
+            const Ld ld) {
+    fused_rows<Ld, Ep, T, V, CL, 0>(ld, x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
                             cluster_rank<CL>(), 0);
 }
 
@@ -600,9 +602,10 @@ __global__ void __cluster_dims__(CL, 1, 1)
 // without bounds, a spilling block may pass 64 registers and lose its SM's second block.
 template <class Ld, class Ep, typename T, int V, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
-    spill(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy, int held) {
+    spill(const T* x, T* y, long long rows, long long cols, long long ldx, long long ldy, int held,
+          const Ld ld) {
     if (blockDim.x != SPILL_THREADS) __trap();  // walk_run steps by SPILL_THREADS packs
-    fused_rows<Ld, Ep, T, V, CL, 1>(x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
+    fused_rows<Ld, Ep, T, V, CL, 1>(ld, x, y, rows, cols, ldx, ldy, blockIdx.x / CL, gridDim.x / CL,
                             cluster_rank<CL>(), held);
 }
 #endif
@@ -620,7 +623,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SPILL_THREADS, 2)
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(1024)
     grid(const T* x, T* y, void* work, long long rows, long long cols, long long ldx,
-                 long long ldy, long long chunk, long long chunks, int ahead, int lag) {
+                 long long ldy, long long chunk, long long chunks, int ahead, int lag, const Ld ld) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
@@ -653,9 +656,9 @@ __global__ void __launch_bounds__(1024)
         copy_wait_pending(ahead - 1);  // this thread's copies of ticket i (it reads only those)
         if (i < mine) {
             const Item it = item(i);
-            const C m = block_reduce(it.st.max(), cscratch, MaxOp());
+            const C m = block_reduce(it.st.max(ld), cscratch, MaxOp());
             // The chunk's sum against its own max (a chunk of only -inf adds (-inf, 0)).
-            const acc_t d = block_reduce(acc_t(it.st.template sum<false>(sum_base(m))), scratch, SumOp());
+            const acc_t d = block_reduce(acc_t(it.st.template sum<false>(ld, sum_base(m))), scratch, SumOp());
             publish_chunk(ws.part + 2 * (it.row * chunks + it.begin / chunk), MD<C>{m, d}, ws.count + it.row);
         }
         if (i >= lag) {
@@ -663,7 +666,7 @@ __global__ void __launch_bounds__(1024)
             // Polled by warp 1, so the wait overlaps thread 0's publication (its fence).
             wait_count(ws.count + it.row, unsigned(chunks), 32);
             const MD<C> s = merge_chunks<C>(ws.part + 2 * it.row * chunks, chunks, scratch);
-            it.st.template write<false>(y + it.row * ldy + it.begin, cols - it.begin, s.m, Ep::constant(s.m, s.d));
+            it.st.template write<false>(ld, y + it.row * ldy + it.begin, cols - it.begin, s.m, Ep::constant(s.m, s.d));
         }
         load(i + ahead);  // into the slot of ticket i - lag, just written by the same threads
     }

@@ -75,18 +75,19 @@ template <typename C> __device__ inline MD<C> online_block_md(MD<C> s, double* p
 // writes it out later; they are loaded evict-first, as they are not read again. `kept`: keep,
 // for the chunk's write item.
 template <class Ld, class Ep, typename T, int V, typename C>
-__device__ inline bool online_read(const T* xc, int n, int keep, T* held, long long chunks,
+__device__ inline bool online_read(const Ld& ld, const T* xc, int n, int keep, T* held, long long chunks,
                                    double* chunk_part, unsigned* kept, unsigned* row_count,
                                    double* pairs) {
     MD<C> s = MD<C>::identity();
     if constexpr (ONLINE_HOLDS<T>)
-        walk_run<Ld, ONLINE_THREADS, T, V, L2::first>(xc, keep, [&](int c, C(&v)[V], bool) {
+        walk_run<Plain, ONLINE_THREADS, T, V, L2::first>(Plain(), xc, keep, [&](int c, C(&v)[V], bool) {
+            if (c < keep) store_pack<T, V>(held + c, pack_out<T, V>(v));  // x's bits
+            ld.load(v);
             s.template push_pack<Ep>(v);  // the last batch's packs past keep are -inf: nothing added
-            if (c < keep) store_pack<T, V>(held + c, pack_out<T, V>(v));  // Plain: the loaded bits
         });
     else
         keep = 0;
-    walk_run<Ld, ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.template push_pack<Ep>(v); });
+    walk_run<Ld, ONLINE_THREADS, T, V, ONLINE_FIRST_READ>(ld, xc + keep, n - keep, [&](int, C(&v)[V], bool) { s.template push_pack<Ep>(v); });
     s = online_block_md(s, pairs);
     if (threadIdx.x != 0) return false;
     if constexpr (ONLINE_HOLDS<T>) *kept = unsigned(keep);  // before the count, as the pair
@@ -156,27 +157,28 @@ __device__ inline Norm<C> row_norm(const double* row_stats, const unsigned* kept
 // A write item, once its row is merged: Ep's outputs for the chunk's elements past those its
 // reader held (`kept`, as row_norm takes it).
 template <class Ld, class Ep, typename T, int V, typename C>
-__device__ inline void online_write(const T* xc, T* yc, int n, const double* row_stats, const unsigned* kept,
+__device__ inline void online_write(const Ld& ld, const T* xc, T* yc, int n, const double* row_stats, const unsigned* kept,
                                     Norm<C>* slot) {
     constexpr int TH = ONLINE_THREADS;
     const Norm<C> r = row_norm<Ep, C>(row_stats, kept, slot);
     const int skip = ONLINE_HOLDS<T> ? r.skip : 0;
     with_shift(Ep::SHIFTS && shift_ok(r.m), [&](auto sh) {
         write_run<Ld, Ep, decltype(sh)::value, TH, T, V, ONLINE_SECOND_READ, ONLINE_STORE>(
-            xc + skip, yc + skip, n - skip, r.m, r.scale);
+            ld, xc + skip, yc + skip, n - skip, r.m, r.scale);
     });
 }
 
-// The held elements written out: each thread its own packs (those it put there, already as Ld
-// loaded them), as write_run computes and stores them, so the same bits.
-template <class Ep, typename T, int V, typename C>
-__device__ inline void online_write_held(const T* held, T* yc, int keep, const Norm<C>& r) {
+// The held elements written out: each thread its own packs (those it put there), loaded as
+// write_run loads and computes and stores them, so the same bits.
+template <class Ld, class Ep, typename T, int V, typename C>
+__device__ inline void online_write_held(const Ld& ld, const T* held, T* yc, int keep, const Norm<C>& r) {
     with_shift(Ep::SHIFTS && shift_ok(r.m), [&](auto sh) {
         const C s = shift_of(r.m);
         const unsigned long long pol = l2_policy<ONLINE_STORE>();
         for (int c = int(threadIdx.x) * V; c < keep; c += ONLINE_THREADS * V) {
             C v[V];
             unpack(load_pack<T, V>(held + c), v);
+            ld.load(v);
             finish<Ep, decltype(sh)::value>(v, r.m, s, r.scale);
             store_run_pack<T, V, ONLINE_STORE>(yc, c, keep, v, true, pol);
         }
@@ -216,7 +218,7 @@ __device__ inline unsigned dynamic_smem_bytes() {
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>)
     online(const T* x, T* y, void* work, long long rows, long long cols, long long ldx, long long ldy,
-           long long chunk, long long chunks, long long per_group, long long held) {
+           long long chunk, long long chunks, long long per_group, long long held, const Ld ld) {
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     T* const held_elems = reinterpret_cast<T*>(dynamic_smem);
@@ -236,7 +238,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>)
     // handed out, and read items never wait).
     auto write_held = [&]() {
         const Norm<C> r = row_norm<Ep, C>(ws.stats + 2 * hold.row, nullptr, &norms[0]);
-        online_write_held<Ep, T, V, C>(held_elems, y + hold.row * ldy + hold.begin, hold.keep, r);
+        online_write_held<Ld, Ep, T, V, C>(ld, held_elems, y + hold.row * ldy + hold.begin, hold.keep, r);
         hold.row = -1;
     };
     for (Handed h = hand_over(Handed{prefetch_ticket(ws.ticket), -1}, slots, turn);;) {
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>)
             const long long begin = c * chunk;
             const int n = int(min(cols - begin, chunk));
             if (write) {
-                online_write<Ld, Ep, T, V, C>(x + row * ldx + begin, y + row * ldy + begin, n, ws.stats + 2 * row,
+                online_write<Ld, Ep, T, V, C>(ld, x + row * ldx + begin, y + row * ldy + begin, n, ws.stats + 2 * row,
                                       ONLINE_HOLDS<T> ? kept + row * chunks + c : nullptr, &norms[1]);
                 // After the item, not before: its second read then comes while the chunk is likelier
                 // still in L2, ahead of the held elements' stores [kernels-10]. A write item of group g
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(ONLINE_THREADS, ONLINE_BLOCKS<T>)
                     keep = int(min((long long)n, held) / (ONLINE_THREADS * V) * (ONLINE_THREADS * V));
                     if (keep > 0) hold = Held{row, begin, keep};
                 }
-                if (online_read<Ld, Ep, T, V, C>(x + row * ldx + begin, n, keep, held_elems, chunks,
+                if (online_read<Ld, Ep, T, V, C>(ld, x + row * ldx + begin, n, keep, held_elems, chunks,
                                          ws.part + 2 * (row * chunks + c), kept + row * chunks + c,
                                          ws.count + row, pairs))
                     merge_row = row;

@@ -80,7 +80,8 @@ __device__ inline MD<float> renormed(MD<float> own, const MD<float>& row) {
 // past the end run as the last row (the shuffles stay converged) and are not written.
 template <class Ld, class Ep, typename T, int W, int P, int K>
 __global__ void __launch_bounds__(TOPK_THREADS)
-    topk_lanes(const T* x, T* vals, long long* idx, long long rows, int n, long long ldx, int k, int renorm) {
+    topk_lanes(const T* x, T* vals, long long* idx, long long rows, int n, long long ldx, int k, int renorm,
+               const Ld ld) {
     using C = compute_t<T>;
     static_assert(sizeof(C) == 4, "float types");
     constexpr int G = 32 / W, S = (K + W - 1) / W;  // groups a warp, chosen keys a lane
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
             unpack_word<T, 1>(load_row_word<T, 1>(x + row * ldx, p * W + sub, n, neg_inf<C>()), u);
             v[p] = u[0];
         }
-        Ld::load(v);
+        ld.load(v);
         MD<C> st = MD<C>::identity();
         st.template push_pack<Ep>(v);
         st = group_merge(st, W);
@@ -285,7 +286,7 @@ struct TopkWork {
 template <class Ld, class Ep, typename T, int V, int K>
 __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
     topk_block(const T* x, T* vals, long long* idx, void* work, long long rows, int n, long long ldx,
-               int k, int renorm, int chunk, int chunks) {
+               int k, int renorm, int chunk, int chunks, const Ld ld) {
     using C = compute_t<T>;
     static_assert(sizeof(C) == 4 && K <= TOPK_THREADS && K % 32 == 0 && (K & (K - 1)) == 0,
                   "float types; a key a thread; a power of two (rank_in)");
@@ -327,7 +328,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
             for (int b = 0; b < TOPK_BATCH; ++b) {
                 C p[V];
                 unpack_word<T, V>(w[b], p);
-                Ld::load(p);
+                ld.load(p);
 #pragma unroll
                 for (int j = 0; j < V; ++j) u[b * V + j] = p[j];
             }

@@ -26,11 +26,11 @@ template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>; 
 
 // A pack's two inputs as Ld loads them, and the row's terms of them added to `part`.
 template <class Ld, class Ep, typename T, int V, typename C>
-__device__ inline void vjp_terms(const word_t<T, V>& wy, const word_t<T, V>& wg, C (&y)[V], C (&g)[V], C& part) {
+__device__ inline void vjp_terms(const Ld& ld, const word_t<T, V>& wy, const word_t<T, V>& wg, C (&y)[V], C (&g)[V], C& part) {
     unpack_word<T, V>(wy, y);
     unpack_word<T, V>(wg, g);
-    Ld::load(y);
-    Ld::load(g);
+    ld.load(y);
+    ld.load(g);
 #pragma unroll
     for (int j = 0; j < V; ++j) part += Ep::term(y[j], g[j]);
 }
@@ -39,7 +39,7 @@ __device__ inline void vjp_terms(const word_t<T, V>& wy, const word_t<T, V>& wg,
 // written.
 template <class Ld, class Ep, typename T, int V, int W, int P, int R>
 __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
-    vjp_lanes(const T* y, const T* dy, T* dx, long long rows, int n) {
+    vjp_lanes(const T* y, const T* dy, T* dx, long long rows, int n, const Ld ld) {
     using C = compute_t<T>;
     constexpr int G = 32 / W;
     const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
         for (int r = 0; r < R; ++r) {
             C part = 0, yv[P][V], gv[P][V];
 #pragma unroll
-            for (int p = 0; p < P; ++p) vjp_terms<Ld, Ep, T, V>(wy[r][p], wg[r][p], yv[p], gv[p], part);
+            for (int p = 0; p < P; ++p) vjp_terms<Ld, Ep, T, V>(ld, wy[r][p], wg[r][p], yv[p], gv[p], part);
             const C s = C(group_reduce(acc_t(part), W, SumOp()));
             const long long row = first + (long long)r * G + group;
             if (row >= rows) continue;
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
 // row read again for the writes.
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
-    vjp_block(const T* y, const T* dy, T* dx, long long rows, long long n) {
+    vjp_block(const T* y, const T* dy, T* dx, long long rows, long long n, const Ld ld) {
     using C = compute_t<T>;
     __shared__ acc_t scratch[2][32];
     const int step = int(blockDim.x) * V;
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
             load(c0);
             C part = 0, yv[V], gv[V];
 #pragma unroll
-            for (int b = 0; b < VJP_BATCH; ++b) vjp_terms<Ld, Ep, T, V>(wy[b], wg[b], yv, gv, part);
+            for (int b = 0; b < VJP_BATCH; ++b) vjp_terms<Ld, Ep, T, V>(ld, wy[b], wg[b], yv, gv, part);
             sum += acc_t(part);
         }
         // Two scratch areas in turn: a row's reduction writes one only after every thread
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
 #pragma unroll
             for (int b = 0; b < VJP_BATCH; ++b) {
                 C part = 0, yv[V], gv[V];
-                vjp_terms<Ld, Ep, T, V>(wy[b], wg[b], yv, gv, part);
+                vjp_terms<Ld, Ep, T, V>(ld, wy[b], wg[b], yv, gv, part);
 #pragma unroll
                 for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s);
                 store_row_pack<T, V>(xr, c0 + b * step, n, yv);

@@ -24,18 +24,10 @@ def _include_dir():
 
 
 def _expressions(filename, arch):
-    """Every (operation, dtype, kernel, template) the library can launch from `filename`."""
-    for op, dtypes in planning.FUSED_TYPES.items():
-        for dtype_name in dtypes:
-            itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
-            made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
-                    else planning.vjp_templates(itemsize) if op in planning.VJPS
-                    else planning.templates(itemsize, clusters=arch >= "90"))
-            if op in ("softmax", "log_softmax") and dtype_name in planning.TOPK_TYPES:
-                made = [*made, *planning.topk_templates(itemsize)]
-            for kernel, template in made:
-                if _kernels.FILES[kernel] == filename:
-                    yield _kernels.name_expression(kernel, dtype_name, template, planning.ops_of(op))
+    """Every expression the library can launch from `filename`."""
+    for kernel, dtype_name, template, ops in _kernels.instantiations(clusters=arch >= "90"):
+        if _kernels.FILES[kernel] == filename:
+            yield _kernels.name_expression(kernel, dtype_name, template, ops)
 
 
 def _compiles(text, filename, exprs, arch, extra=()):

@@ -601,16 +601,19 @@ def test_log_softmax_deterministic_in_place_and_batch_independent(method):
 
 
 def test_log_softmax_fused_and_composed_paths():
-    """float16 to float32 take the kernels (method= accepted); float64, where= and scale= the
-    array operations, which refuse a method; float64 keeps its dominant entry (-log1p)."""
+    """float16 to float32 take the kernels (method= accepted, with a positive scale too);
+    float64, where= and other scales the array operations, which refuse a method; float64 keeps
+    its dominant entry (-log1p)."""
     x = cupy.asarray([[0.0, -50.0, -60.0]])
     y = to_host(cusoftmax.log_softmax(x))
     assert y[0, 0] == -math.log1p(math.exp(-50.0) + math.exp(-60.0))
     with pytest.raises(ValueError, match="float64"):
         cusoftmax.log_softmax(x, method="registers")
-    with pytest.raises(ValueError, match="where= or scale="):
-        cusoftmax.log_softmax(x.astype(np.float32), scale=2.0, method="registers")
+    with pytest.raises(ValueError, match="negative or non-finite scale="):
+        cusoftmax.log_softmax(x.astype(np.float32), scale=-2.0, method="registers")
     x32 = x.astype(np.float32)
+    assert_same_bits(cusoftmax.log_softmax(x32, scale=2.0, method="registers"),
+                     cusoftmax.log_softmax(x32 * 2))
     assert_same_bits(cusoftmax.log_softmax(x32, method="registers"), cusoftmax.log_softmax(x32))
 
 

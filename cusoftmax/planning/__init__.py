@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
 from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles, topk, vjp
-from .common import (EPILOGUES, FUSED_TYPES, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
+from .common import (EPILOGUES, FUSED_TYPES, LOADS, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
                      Case, Limits, Plan, device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
-__all__ = ["EPILOGUES", "FUSED_TYPES", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
+__all__ = ["EPILOGUES", "FUSED_TYPES", "LOADS", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
            "REDUCTIONS", "TOPK_TYPES", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
            "cuda_defines", "device_limits", "ops_of", "plan", "reduce_plan", "reduce_templates",
            "templates", "topk_plan", "topk_templates", "use", "vector_width", "vjp_plan",
@@ -56,23 +56,25 @@ _BY_METHOD = {entry.method: entry for entry in ORDER}
 
 
 def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=None,
-         op: str = "softmax") -> Plan | None:
+         op: str = "softmax", load: str = "Plain") -> Plan | None:
     """The plan for one call. ``layout`` comes from ``_layout.collapse`` (None when the strides
     allow no [outer][n][inner] view); ``addresses`` are the input's and output's data addresses
     (modulo 16 is enough); ``tuning``: the active one (``use``) by default; ``op``: the operation
-    (``EPILOGUES``), which changes the kernels' epilogue and nothing of the plan. None means: make
-    a contiguous copy with the reduced axes last, then plan again."""
+    (``EPILOGUES``) and ``load`` (``LOADS``) change the kernels' epilogue and load functor and
+    nothing of the plan. None means: make a contiguous copy with the reduced axes last, then plan
+    again."""
     if method not in (None, *METHODS):
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
-    return _computing(op, _choose(layout, itemsize, addresses, limits, method, tuning))
+    return _computing(op, load, _choose(layout, itemsize, addresses, limits, method, tuning))
 
 
-def _computing(op: str, chosen: Plan | None) -> Plan | None:
+def _computing(op: str, load: str, chosen: Plan | None) -> Plan | None:
     """The plan with the operation's load functor and epilogue op (every family's planner plans
     for the launch alone)."""
-    if chosen is None or chosen.ops == ops_of(op):
+    ops = ops_of(op, load)
+    if chosen is None or chosen.ops == ops:
         return chosen
-    return dataclasses.replace(chosen, ops=ops_of(op))
+    return dataclasses.replace(chosen, ops=ops)
 
 
 def _choose(layout, itemsize, addresses, limits, method, tuning):
@@ -91,12 +93,12 @@ def _choose(layout, itemsize, addresses, limits, method, tuning):
 
 
 def reduce_plan(layout, itemsize: int, address: int, limits: Limits, tuning=None,
-                op: str = "logsumexp") -> Plan | None:
+                op: str = "logsumexp", load: str = "Plain") -> Plan | None:
     """The plan of a reduction of each slice to one value (``op``, one of ``REDUCTIONS``): the
     reduce family's own order of choice (``reduce.py``); ``layout`` from ``_layout.collapse``
     with x's strides for both arrays. None: copy the reduced axes last and plan again."""
     t = _active if tuning is None else tuning
-    return _computing(op, reduce.plan(layout, itemsize, address, limits, t))
+    return _computing(op, load, reduce.plan(layout, itemsize, address, limits, t))
 
 
 def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
@@ -110,7 +112,7 @@ def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning
     elements (the vjp family's own order, ``vjp.py``); None: the caller computes it by array
     operations."""
     t = _active if tuning is None else tuning
-    return _computing(op, vjp.plan(rows, n, itemsize, addresses, limits, t))
+    return _computing(op, "Plain", vjp.plan(rows, n, itemsize, addresses, limits, t))
 
 
 def vjp_templates(itemsize: int, tuning: Tuning = TUNING):
@@ -119,12 +121,12 @@ def vjp_templates(itemsize: int, tuning: Tuning = TUNING):
 
 
 def topk_plan(rows: int, n: int, ldx: int, k: int, renorm: bool, itemsize: int, address: int,
-              limits: Limits, tuning=None, op: str = "softmax") -> Plan | None:
+              limits: Limits, tuning=None, op: str = "softmax", load: str = "Plain") -> Plan | None:
     """The plan of ``softmax_topk`` over `rows` rows of `n` contiguous elements, row r at r *
     `ldx` (the topk family's own order, ``topk.py``); ``op``: softmax or log_softmax, the values'
-    epilogue. None: the caller computes it by array operations."""
+    epilogue; ``load``: as ``plan``. None: the caller computes it by array operations."""
     t = _active if tuning is None else tuning
-    return _computing(op, topk.plan(rows, n, ldx, k, renorm, itemsize, address, limits, t))
+    return _computing(op, load, topk.plan(rows, n, ldx, k, renorm, itemsize, address, limits, t))
 
 
 def topk_templates(itemsize: int, tuning: Tuning = TUNING):

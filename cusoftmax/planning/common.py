@@ -31,12 +31,17 @@ FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
 # One output a slice, the reduce family (reduce.py): logsumexp, and slice_state, each slice's
 # (m, c, s) as three float64 (a partial that cusoftmax/_dask.py merges over chunks).
 REDUCTIONS = ("logsumexp", "slice_state")
+# The load functors (kernels/ops.cuh) and the operations each is fused for: "Scaled", s * x for a
+# finite s > 0 (its bits the kernels' last argument), where the op applies to scale * x.
+LOADS = {"Plain": tuple(EPILOGUES), "Scaled": ("softmax", "log_softmax", "logsumexp")}
 VJPS = ("softmax_vjp", "log_softmax_vjp")  # dx from y and dy: the vjp family (vjp.py)
 
 
-def ops_of(op: str) -> tuple[str, str]:
+def ops_of(op: str, load: str = "Plain") -> tuple[str, str]:
     """(load functor, epilogue op) of an operation."""
-    return (OPS[0], EPILOGUES[op])
+    if op not in LOADS[load]:
+        raise ValueError(f"{op} takes no {load} load")
+    return (load, EPILOGUES[op])
 
 
 @dataclass(frozen=True)
