@@ -18,6 +18,10 @@ time the backward passes on y (our forward's output) and a random dy, GB/s count
 and dx written, against torch's ``_softmax_backward_data`` (``_log_softmax_backward_data``) and
 ``jax.vjp`` of the forward under ``jit`` (which runs the forward too, from x).
 
+``--scale S`` times softmax, log_softmax or logsumexp with ``scale=S`` against the same call
+without it in the same run (column "vs unscaled": the unscaled call's time over the scaled one's),
+in place of the peers; results are checked against the reference of ``S * x``.
+
 ``--op softmax_topk`` times softmax_topk on its own cases against the peers' two-op versions
 (cusoftmax/_bench_topk.py).
 
@@ -74,6 +78,9 @@ def _parse(argv):
                    help="timed calls per case (default: 30; with --host: 7)")
     p.add_argument("--op", default="softmax", choices=BENCH_OPS,
                    help="the operation timed (default: %(default)s)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="time scale=SCALE against the same call without it (softmax, log_softmax, "
+                        "logsumexp)")
     p.add_argument("--host", action="store_true",
                    help="time the host path against scipy.special.softmax (no GPU needed)")
     p.add_argument("--dask", action="store_true",
@@ -272,6 +279,13 @@ def _forced(cusoftmax, method, op="softmax"):
     return factory
 
 
+def _scaled(cupy, x, scale):
+    """``scale * x`` as the library computes it (in float32, float64 for float64), for the
+    reference."""
+    compute = cupy.float64 if x.dtype == cupy.float64 else cupy.float32
+    return x.astype(compute) * compute(scale)
+
+
 def _cases(args):
     dtypes = args.dtypes.split(",") if args.dtypes else DEFAULT_DTYPES
     widths = [int(w) for w in args.widths.split(",")] if args.widths else DEFAULT_WIDTHS
@@ -368,9 +382,15 @@ def main(argv=None):
         peers = _vjp_peers(args.peers.split(","), op, given)
         vjp = ours
         ours = lambda y, axis: vjp(y, given["dy"], axis=axis)  # noqa: E731
+    elif args.scale is not None:
+        if op not in ("softmax", "log_softmax", "logsumexp"):
+            sys.exit(f"--scale: softmax, log_softmax and logsumexp take a scale, not {op}")
+        plain, scale = ours, args.scale
+        ours = lambda x, axis: plain(x, axis=axis, scale=scale)  # noqa: E731
+        peers = {"unscaled": lambda x, axis: (lambda: plain(x, axis=axis), "events", None)}
     else:
         peers = _peers(args.peers.split(","), cupy, op)
-    if op == "log_softmax":  # our own softmax, the speed the operation is held to
+    if op == "log_softmax" and args.scale is None:  # our own softmax, the speed it is held to
         peers["softmax"] = lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)
     cases = list(_cases(args))
     methods = [m for m in args.methods.split(",") if m]
@@ -403,7 +423,9 @@ def main(argv=None):
                 if sync:
                     sync(y)
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
-                bad = _reference_ok(cupy, x, y, axis, dt_name, "softmax" if impl == "softmax" else op,
+                scaled = args.scale is not None and impl != "unscaled"
+                ref_x = _scaled(cupy, x, args.scale) if scaled else x
+                bad = _reference_ok(cupy, ref_x, y, axis, dt_name, "softmax" if impl == "softmax" else op,
                                     given.get("dy"))
                 if bad and (impl == "cusoftmax" or impl.startswith(FORCED)):
                     row[f"{impl}_error"] = bad
@@ -424,7 +446,7 @@ def main(argv=None):
         _progress(f"    of copy: {', '.join(done)}")  # a run cut short still leaves its figures
         del x
         cupy.get_default_memory_pool().free_all_blocks()
-    overhead = {} if op in VJPS else _host_overhead(cupy, peers, op=op)
+    overhead = {} if op in VJPS or args.scale is not None else _host_overhead(cupy, peers, op=op)
     _report(rows, list(impls), overhead, name, Path(args.out), op)
     return 0
 
