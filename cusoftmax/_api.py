@@ -135,21 +135,26 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     >>> cusoftmax.softmax(np.array([0.0, np.log(3.0)]))
     array([0.25, 0.75])
     """
-    if type(x) is _fast_type and out is None and method is None and where is None and scale is None:
-        try:
-            hit = _fast.get(_fast_key(x, axis))
-        except TypeError:  # an unhashable axis (a list): the general path says what is wrong
-            hit = None
-        if hit is not None and hit[0] is planning.active():  # else planned again under this one
-            y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
-            hit[1](x, y)
-            return y
+    if type(x) is _fast_type and out is None and method is None and where is None:
+        if scale is None:
+            try:
+                hit = _fast.get(_fast_key(x, axis))
+            except TypeError:  # an unhashable axis (a list): the general path says what is wrong
+                hit = None
+            if hit is not None and hit[0] is planning.active():  # else planned again under this one
+                y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
+                hit[1](x, y)
+                return y
+        else:
+            y = fast_call(x, axis, "softmax", scale)
+            if y is not None:
+                return y
     if _arrays.is_dask(x, where, scale):
         return _arrays.dask_call("softmax", x, axis, where=where, scale=scale, out=out,
                                  method=method)
     c = prepare(x, axis, out, method, "softmax")
     if where is not None or scale is not None:
-        return _family.forward("softmax", c, out, where, scale, method)
+        return _family.forward("softmax", c, out, where, scale, method, remember=(x, axis))
     arr, axes, dtype, dst = c.array, c.axes, c.dtype, c.out
     if not c.src.on_gpu:
         host_method(method)
@@ -169,9 +174,15 @@ def fused(c: "Call", out, method, op: str, remember=None, scale=None):
     """`op` of a prepared GPU call by its fused kernel (``planning.FUSED_TYPES[op]`` holds the
     call's dtype): the result in the caller's framework, or `out`. ``remember``: as ``_gpu``;
     ``scale``: a float that ``fused_scale`` passed, applied by the kernels' load."""
-    remember = remember if out is None and scale is None else None
+    remember = remember if out is None else None
     y = _gpu(c.array, c.axes, c.out, c.dtype, method, remember, op, scale)
     return out if c.out is not None else c.src.wrap(y)
+
+
+# float32 rounds a positive float64 above 2**-150 to a nonzero value, and one below
+# FLT_MAX + 2**103 (half an ulp past the largest float32) to a finite one.
+_F32_OPEN = (2.0**-150, float(np.finfo(np.float32).max) + 2.0**103)
+_F64_OPEN = (0.0, math.inf)
 
 
 def fused_scale(scale, dtype) -> float | None:
@@ -180,15 +191,19 @@ def fused_scale(scale, dtype) -> float | None:
     stays -inf), else None: array operations apply it."""
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
         return None
-    compute = np.float64 if np.dtype(dtype) == np.float64 else np.float32
-    with np.errstate(over="ignore"):
-        v = compute(scale)
-    return float(scale) if 0 < v < np.inf else None
+    lo, hi = _F64_OPEN if dtype == np.float64 else _F32_OPEN
+    s = float(scale)  # exact for float16/32/64 scalars; an int is its nearest float64
+    return s if lo < s < hi else None
 
 
 def _load(scale) -> tuple[str, int | None]:
     """(the load functor's name, its launch word or None) for a call's fused scale."""
     return ("Plain", None) if scale is None else ("Scaled", _kernels.load_word("Scaled", scale))
+
+
+def _fast_op(op: str, scale) -> str | tuple[str, str]:
+    """The fast path's key part for `op`, with the Scaled load where a scale is fused."""
+    return op if scale is None else (op, "Scaled")
 
 
 def reduced(c: "Call", op: str, scale=None):
@@ -220,6 +235,34 @@ def reduced(c: "Call", op: str, scale=None):
             perm = [order.index(d) for d in natural] + list(range(len(order), y.ndim))
             y = cupy.ascontiguousarray(y.transpose(perm))
         return y.reshape(kept + tail)
+
+
+def normalized(x, mk, op: str, scale=None):
+    """`op` (softmax or log_softmax) of CuPy array x along its last axis from each slice's max
+    and constant, ``mk`` (C-contiguous, the compute type, x's shape with a last axis of 2: m, k),
+    by the normalize kernel: a new C-contiguous array like x, or None where x's leading axes are
+    not rows at one stride or its dtype is not ``planning.FUSED_TYPES[op]``. ``scale``: as
+    ``fused``, with m the max of the scaled values."""
+    import cupy
+
+    if x.dtype.name not in planning.FUSED_TYPES[op] or x.size == 0:
+        return None
+    shape, n = x.shape, x.shape[-1]
+    if x.ndim != 2:
+        if not x.flags.c_contiguous:
+            return None
+        x = x.reshape(-1, n)
+    if x.strides[1] != x.itemsize or x.strides[0] % x.itemsize:
+        return None
+    with x.device:
+        y = cupy.empty(x.shape, x.dtype)
+        layout = Layout(x.shape[0], n, 1, (x.strides[0] // x.itemsize, 1), (n, 1))
+        load, word = _load(scale)
+        tuning = planning.active()
+        plan = planning.normalize_plan(layout, x.itemsize, (x.data.ptr % 16, y.data.ptr % 16),
+                                       planning.device_limits(x.device.id), tuning, op, load)
+        _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)(x, mk, y, load=word)
+    return y.reshape(shape)
 
 
 def vjp_rows(c: "Call", g, op: str):
@@ -368,14 +411,22 @@ def remembered(x, axis, op):
     return hit[1]
 
 
-def fast_call(x, axis, op):
+def fast_call(x, axis, op, scale=None):
     """`op` of a CuPy array by a call remembered from an earlier one like it, or None (the
-    caller has checked that x is a cupy.ndarray and that no other argument is given)."""
-    run = remembered(x, axis, op)
+    caller has checked that x is a cupy.ndarray and that no other argument but `scale` is
+    given; a scale the kernels do not take goes the general way)."""
+    if scale is not None:
+        scale = fused_scale(scale, x.dtype)
+        if scale is None:
+            return None
+    run = remembered(x, axis, _fast_op(op, scale))
     if run is None:
         return None
     y = _fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
-    run(x, y)
+    if scale is None:
+        run(x, y)
+    else:
+        run(x, y, load=_kernels.load_word("Scaled", scale))
     return y
 
 
@@ -418,7 +469,7 @@ def _gpu(x, axes, out, dtype, method, remember=None, op="softmax", scale=None):
         else:
             run(x, y, load=word)
             if remember is not None and remember[0] is x and method is None:
-                _remember(x, remember[1], run, op)
+                _remember(x, remember[1], run, _fast_op(op, scale))
         if out is not None and y is not out:
             out[...] = y
         return y

@@ -5,9 +5,12 @@ chunks take the GPU kernels). Reduced axes split over chunks: one read of each c
 State of its part of every slice, a tree merge of the states (``dask.array.reduction``), and one
 read and one write of each chunk to normalise from its slice's merged state; 2 reads + 1 write,
 no rechunking of the input and no slice gathered onto one worker. The VJPs likewise: the slice
-sums by a Dask reduction, then one pass per chunk. CuPy chunks without `where`, `scale` and `b`
-take each chunk's states from the reduce kernels (``slice_state``: one read), and float32 ones
-normalise in one fused elementwise pass; the rest by ``_composed``'s array operations.
+sums by a Dask reduction, then one pass per chunk. CuPy chunks without `where` and `b` (and with
+no `scale` or a scalar one the kernels take, ``_api.fused_scale``) take each chunk's states from
+the reduce kernels (``slice_state``: one read), merge them by one fused kernel a merge, and
+normalise by the normalize kernel where the axis is the last (one read, one write; float32
+chunks of other axes by one fused elementwise pass); the rest by ``_composed``'s array
+operations.
 """
 
 from __future__ import annotations
@@ -238,8 +241,12 @@ def _state_chunk(x, *arrays, keys, axes):
     if any(x.shape[a] == 0 for a in axes):  # an empty chunk: the merge's identity, m = -inf
         return _composed.State(xp.full(shape, -np.inf, compute), xp.zeros(shape, acc),
                                xp.zeros(shape, acc))
-    if xp is not np and all(a is None for a in arrays):  # the reduce kernels, one read
-        st = _api.reduced(_api.prepare(x, axes, None, None, "logsumexp"), "slice_state")
+    named = dict(zip(keys, arrays))
+    scale = named.pop("scale", None)
+    fs = None if scale is None else _api.fused_scale(scale, x.dtype)
+    if xp is not np and all(a is None for a in named.values()) and (scale is None or fs is not None):
+        # the reduce kernels, one read (a scalar scale applied as they load)
+        st = _api.reduced(_api.prepare(x, axes, None, None, "logsumexp"), "slice_state", fs)
         m, c, s = (st[..., i].reshape(shape) for i in range(3))
         return _composed.State(m.astype(compute), c.astype(acc), s.astype(acc))
     return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
@@ -303,9 +310,24 @@ def _state_as_is(st, axis, keepdims):
 
 
 def _merged(parts, axis, keepdims):
-    """The merge of the States in a nested list (one level per reduced axis)."""
+    """The merge of the States in a nested list (one level per reduced axis); CuPy states by
+    one fused kernel a merge (``_composed.merge`` traced by ``cupy.fuse``)."""
     states = _leaves(parts)
-    return reduce(partial(_composed.merge, _module(states[0].m)), states)
+    xp = _module(states[0].m)
+    if xp is np:
+        return reduce(partial(_composed.merge, np), states)
+    fused = _fused_merge()
+    return reduce(lambda p, q: _composed.State(*fused(*p, *q)), states)
+
+
+@lru_cache(maxsize=None)
+def _fused_merge():
+    import cupy
+
+    def merge_states(pm, pc, ps, qm, qc, qs):  # the kernel takes the function's name
+        return tuple(_composed.merge(cupy, _composed.State(pm, pc, ps), _composed.State(qm, qc, qs)))
+
+    return cupy.fuse(merge_states)
 
 
 def _leaves(parts):
@@ -314,8 +336,16 @@ def _leaves(parts):
 
 def _normalize_chunk(x, st, where, scale, *, op, axes):
     xp = _module(x)
-    if xp is not np and x.dtype == np.float32 and where is None and scale is None:
-        return _fused_normalize(op)(x, st.m.astype(x.dtype), _composed.constant(xp, op, st))
+    fs = None if scale is None else _api.fused_scale(scale, x.dtype)
+    if xp is not np and where is None and (scale is None or fs is not None):
+        if axes == (x.ndim - 1,):  # the normalize kernel: rows from their (m, k)
+            k = _composed.constant(xp, op, st)
+            mk = xp.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1)
+            y = _api.normalized(x, mk, op, fs)
+            if y is not None:
+                return y
+        if x.dtype == np.float32 and scale is None:
+            return _fused_normalize(op)(x, st.m.astype(x.dtype), _composed.constant(xp, op, st))
     return _composed.normalize(xp, op, x, st, axes, where=where, scale=scale)
 
 

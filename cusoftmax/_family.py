@@ -203,9 +203,8 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     >>> cusoftmax.log_softmax(np.array([0.0, -50.0]))
     array([-1.92874985e-22, -5.00000000e+01])
     """
-    if type(x) is _api._fast_type and out is None and method is None and where is None \
-            and scale is None:
-        y = _api.fast_call(x, axis, "log_softmax")
+    if type(x) is _api._fast_type and out is None and method is None and where is None:
+        y = _api.fast_call(x, axis, "log_softmax", scale)
         if y is not None:
             return y
     if _arrays.is_dask(x, where, scale):

@@ -31,6 +31,7 @@ FILES = {
     "vjp_block": "vjp.cu",
     "topk_lanes": "topk.cu",
     "topk_block": "topk.cu",
+    "normalize": "normalize.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 LANGUAGE = ("-std=c++17",)
@@ -81,8 +82,10 @@ def instantiations(clusters: bool = True):
             made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
                     else planning.vjp_templates(itemsize) if op in planning.VJPS
                     else planning.templates(itemsize, clusters=clusters))
-            if op in ("softmax", "log_softmax") and dtype_name in planning.TOPK_TYPES:
-                made = [*made, *planning.topk_templates(itemsize)]
+            if op in ("softmax", "log_softmax"):
+                made = [*made, *planning.normalize_templates(itemsize)]
+                if dtype_name in planning.TOPK_TYPES:
+                    made = [*made, *planning.topk_templates(itemsize)]
             for kernel, template in made:
                 yield kernel, dtype_name, tuple(template), planning.ops_of(op, load)
 

@@ -310,15 +310,24 @@ def _dtype(cupy, name):
     return np.dtype(name)
 
 
-def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax"):
+def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax", scale=None):
     """Host microseconds per call on a tiny input (4 x 256 float32), launches not awaited: the
     best round of each implementation, their rounds taken in turn (so a drift of the host's
-    speed during the measurement reaches every implementation alike)."""
+    speed during the measurement reaches every implementation alike). With `scale`: ours with
+    it, ours without it, and torch's op of ``scale * x`` (two ops) where torch is installed."""
     import cusoftmax
 
     x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
     ours = getattr(cusoftmax, op)
     fns = {"cusoftmax": lambda: ours(x)}
+    if scale is not None:
+        fns = {"cusoftmax": lambda: ours(x, axis=-1, scale=scale), "unscaled": lambda: ours(x, axis=-1)}
+        if _gpu_torch() is not None:
+            import torch
+
+            t, f_t = torch.from_dlpack(x), getattr(torch, op)
+            fns["torch"] = lambda: f_t(t * scale, dim=-1)
+        return host_rounds(cupy, fns, rounds, calls)
     if "torch" in peers:
         import torch
 
@@ -446,7 +455,7 @@ def main(argv=None):
         _progress(f"    of copy: {', '.join(done)}")  # a run cut short still leaves its figures
         del x
         cupy.get_default_memory_pool().free_all_blocks()
-    overhead = {} if op in VJPS or args.scale is not None else _host_overhead(cupy, peers, op=op)
+    overhead = {} if op in VJPS else _host_overhead(cupy, peers, op=op, scale=args.scale)
     _report(rows, list(impls), overhead, name, Path(args.out), op)
     return 0
 

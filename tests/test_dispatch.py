@@ -571,7 +571,8 @@ def test_name_expressions_take_the_load_and_epilogue():
         "csm::online<csm::Plain, csm::Softmax, __nv_bfloat16, 8>"
     assert set(_kernels.FILES) == {k for isz in (2, 4, 8)
                                    for k, _ in (*d.templates(isz), *d.reduce_templates(isz),
-                                                *d.vjp_templates(isz), *d.topk_templates(isz))}
+                                                *d.vjp_templates(isz), *d.topk_templates(isz),
+                                                *d.normalize_templates(isz))}
 
 
 def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
@@ -669,6 +670,30 @@ def test_vjp_plans_by_row_length():
     assert plan(2 * H200.sm_count - 1, 2**20) is None and plan(2 * H200.sm_count, 2**20) is not None
     p = plan(4096, 3000)
     assert p.inputs == 2 and p.args(Layout(4096, 3000, 1, (3000, 1), (3000, 1))) == (4096, 3000)
+
+
+def test_normalize_plans_cut_rows_into_pieces():
+    """The normalize family (planning/normalize.py): contiguous rows only; pieces whole walk
+    steps of about normalize_piece_bytes, never longer than the row's steps; the grid at most
+    normalize_waves residencies and no more blocks than items; x, its (m, k) pairs, y."""
+    def plan(rows, n, ldx=None, itemsize=4, addresses=(0, 0), op="softmax", load="Plain"):
+        layout = Layout(rows, n, 1, (n if ldx is None else ldx, 1), (n, 1))
+        return d.normalize_plan(layout, itemsize, addresses, H200, t, op, load)
+
+    step = t.normalize_threads * 4 * 4
+    p = plan(64, 2**21)
+    assert p.kernel == "normalize" and p.template == (4,) and p.block == t.normalize_threads
+    assert p.piece == t.normalize_piece_bytes // 4 and p.piece % step == 0
+    assert p.grid == H200.sm_count * (2048 // t.normalize_threads) * t.normalize_waves
+    assert p.inputs == 2 and p.outputs == 1 and p.workspace() is None
+    assert p.args(Layout(64, 2**21, 1, (2**24, 1), (2**21, 1))) == (64, 2**21, 2**24, 2**21, p.piece)
+    short = plan(3, 5)  # rows 5 elements apart: one element a pack, one piece a row
+    assert short.template == (1,) and short.piece == t.normalize_threads * 4 and short.grid == 3
+    assert plan(8, 1000, ldx=1003).template == (1,)  # rows at an odd stride: one element a pack
+    assert plan(8, 1000, itemsize=2).template == (8,) and plan(8, 1000, itemsize=2).piece == 8192
+    assert plan(4, 100, op="log_softmax", load="Scaled").ops == ("Scaled", "LogSoftmax")
+    assert d.normalize_plan(Layout(4, 100, 3, (300, 3), (300, 3)), 4, (0, 0), H200, t) is None
+    assert d.normalize_plan(None, 4, (0, 0), H200, t) is None
 
 
 def test_topk_plans_by_row_length_and_k():

@@ -747,3 +747,42 @@ def test_slice_states_of_the_reduce_kernels():
         with np.errstate(all="ignore"):
             others = np.where(x64 == np.expand_dims(m, axis), 0.0, np.exp(x64 - np.expand_dims(m, axis)))
         assert np.allclose(st[ok, 2], others.sum(axis=axis)[ok], rtol=1e-5, atol=0)
+
+
+# ---- the normalize kernel: rows from their given (m, k), as Dask's chunks of a row take them
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64], ids=str)
+@pytest.mark.parametrize("shape, step", [((3, 5), 5), ((64, 4099), 4099), ((2, 300001), 300001),
+                                         ((7, 1000), 1003), ((2, 3, 777), 777)])
+def test_rows_normalised_from_their_state(op, dtype, shape, step):
+    """x's rows (at `step` elements apart) from each row's state, as composed.state gives it:
+    within the bounds against SciPy, special rows included; a positive scale by the load."""
+    from cusoftmax import _api
+    from cusoftmax import _composed as C
+
+    if op == "log_softmax" and dtype == np.float64:
+        pytest.skip("float64 log_softmax is not a fused type")
+    rng = np.random.default_rng(11)
+    n = shape[-1]
+    rows = math.prod(shape[:-1])
+    base = (rng.standard_normal((rows, step)) * 4).astype(dtype)
+    base[0, n // 2] = np.inf
+    base[-1, : n] = -np.inf
+    if rows > 2:
+        base[1, 0] = np.nan
+    x = cupy.asarray(base)[:, :n]
+    if len(shape) > 2:
+        x = cupy.ascontiguousarray(x).reshape(shape)
+    for scale in (None, 0.37):
+        st = C.state(cupy, x, (x.ndim - 1,), scale=scale)
+        k = C.constant(cupy, op, st)
+        mk = cupy.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1)
+        y = _api.normalized(x, mk, op, scale)
+        assert y is not None and y.shape == x.shape and y.dtype == x.dtype
+        compute = np.float64 if dtype == np.float64 else np.float32
+        v = to_host(x).astype(compute) * (compute(1) if scale is None else compute(scale))
+        with np.errstate(all="ignore"):
+            ref = getattr(scipy.special, op)(v.astype(np.float64), axis=-1)
+        table = LOG_TOLERANCE if op == "log_softmax" else None
+        msg = violations(to_host(y), ref, np.dtype(dtype).name, *((table,) if table else ()))
+        assert msg is None, msg

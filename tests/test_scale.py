@@ -22,6 +22,9 @@ S = 0.3712  # not a power of two: the product rounds
     (0.5, np.float32, True), (3, np.float16, True), (np.float32(0.125), np.float64, True),
     (np.float64(1e-50), np.float32, False),  # 0 in float32: the padding would be NaN
     (np.float64(1e-50), np.float64, True), (1e300, np.float32, False), (1e300, np.float64, True),
+    (2.0**-150, np.float32, False), (np.nextafter(2.0**-150, 1), np.float32, True),
+    (float(np.finfo(np.float32).max) + 2.0**103, np.float32, False),
+    (np.nextafter(float(np.finfo(np.float32).max) + 2.0**103, 0), np.float32, True),
     (0.0, np.float32, False), (-1.0, np.float32, False), (np.inf, np.float64, False),
     (np.nan, np.float32, False), (True, np.float32, False), (np.ones(1), np.float32, False)])
 def test_which_scales_the_kernels_take(scale, dtype, fused):
@@ -29,6 +32,17 @@ def test_which_scales_the_kernels_take(scale, dtype, fused):
     assert (got is not None) == fused
     if fused:
         assert got == float(scale)
+
+
+def test_the_bounds_are_float32s_rounding():
+    import warnings
+
+    for scale in (2.0**-150, np.nextafter(2.0**-150, 1), float(np.finfo(np.float32).max) + 2.0**103,
+                  np.nextafter(float(np.finfo(np.float32).max) + 2.0**103, 0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            v = np.float32(scale)
+        assert (_api.fused_scale(scale, np.dtype(np.float16)) is not None) == (0 < v < np.inf)
 
 
 def test_the_load_word_is_the_scales_bits():
@@ -183,3 +197,19 @@ def test_topk_kernels_apply_the_scale(kernels, log, renormalize):
             want = cusoftmax.softmax_topk(pre, k, log=log, renormalize=renormalize)
             assert_same_bits(got[0], want[0])
             assert_same_bits(got[1], want[1])
+
+
+@requires_gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_the_fast_path_takes_each_calls_scale(op):
+    """Repeated calls (the fast path after the first) write each call's own scale."""
+    import cupy
+
+    fn = getattr(cusoftmax, op)
+    a = np.random.default_rng(9).standard_normal((4, 256)).astype(np.float32)
+    x = cupy.asarray(a)
+    for scale in (0.5, 0.5, np.float32(2.0), 3, 0.5):
+        assert_same_bits(fn(x, scale=scale), fn(cupy.asarray(a * np.float32(scale))))
+    np.testing.assert_allclose(to_host(fn(x, scale=-1.0)), to_host(fn(cupy.asarray(-a))), rtol=1e-5,
+                               atol=1e-6)  # array operations
+    assert_same_bits(fn(x), fn(cupy.asarray(a)))

@@ -2,7 +2,8 @@
 
 ``ORDER`` below is the whole order of choice of the kernels that write every element (softmax,
 log_softmax; the reductions to one value a slice, logsumexp, have their own in ``reduce.py``, and
-the backward passes in ``vjp.py``, softmax with top-k in ``topk.py``).
+the backward passes in ``vjp.py``, softmax with top-k in ``topk.py``, rows normalised from
+given statistics in ``normalize.py``).
 Each entry names a kernel family, the layouts it takes (contiguous rows, or a strided reduced
 axis) and when the default takes it; the first entry that applies and whose planner returns a
 plan wins (a planner returns None where its kernel cannot hold the case: the next entry takes
@@ -18,14 +19,16 @@ import dataclasses
 from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
-from . import block, cluster, columns, flat, grid, online, reduce, registers, slab, tiles, topk, vjp
+from . import (block, cluster, columns, flat, grid, normalize, online, reduce, registers, slab, tiles,
+               topk, vjp)
 from .common import (EPILOGUES, FUSED_TYPES, LOADS, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
                      Case, Limits, Plan, device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
 __all__ = ["EPILOGUES", "FUSED_TYPES", "LOADS", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
            "REDUCTIONS", "TOPK_TYPES", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
-           "cuda_defines", "device_limits", "ops_of", "plan", "reduce_plan", "reduce_templates",
+           "cuda_defines", "device_limits", "normalize_plan", "normalize_templates", "ops_of",
+           "plan", "reduce_plan", "reduce_templates",
            "templates", "topk_plan", "topk_templates", "use", "vector_width", "vjp_plan",
            "vjp_templates"]
 TOPK_TYPES = topk.TOPK_TYPES
@@ -127,6 +130,19 @@ def topk_plan(rows: int, n: int, ldx: int, k: int, renorm: bool, itemsize: int, 
     epilogue; ``load``: as ``plan``. None: the caller computes it by array operations."""
     t = _active if tuning is None else tuning
     return _computing(op, load, topk.plan(rows, n, ldx, k, renorm, itemsize, address, limits, t))
+
+
+def normalize_plan(layout, itemsize: int, addresses, limits: Limits, tuning=None,
+                   op: str = "softmax", load: str = "Plain") -> Plan | None:
+    """The plan of softmax or log_softmax (``op``) of rows from their given max and constant
+    (the normalize family, ``normalize.py``); None where ``layout`` is not contiguous rows."""
+    t = _active if tuning is None else tuning
+    return _computing(op, load, normalize.plan(layout, itemsize, addresses, limits, t))
+
+
+def normalize_templates(itemsize: int, tuning: Tuning = TUNING):
+    """Every (kernel, template arguments) of the normalize family for one element size."""
+    yield from normalize.templates(itemsize, tuning)
 
 
 def topk_templates(itemsize: int, tuning: Tuning = TUNING):

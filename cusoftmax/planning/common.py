@@ -33,7 +33,7 @@ FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
 REDUCTIONS = ("logsumexp", "slice_state")
 # The load functors (kernels/ops.cuh) and the operations each is fused for: "Scaled", s * x for a
 # finite s > 0 (its bits the kernels' last argument), where the op applies to scale * x.
-LOADS = {"Plain": tuple(EPILOGUES), "Scaled": ("softmax", "log_softmax", "logsumexp")}
+LOADS = {"Plain": tuple(EPILOGUES), "Scaled": ("softmax", "log_softmax", "logsumexp", "slice_state")}
 VJPS = ("softmax_vjp", "log_softmax_vjp")  # dx from y and dy: the vjp family (vjp.py)
 
 
