@@ -123,8 +123,10 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
     all NaN, and -inf entries of other slices give 0 (with `where`: among the positions left
     in). GPU work runs on CuPy's current stream. A scalar `scale`, positive and finite in the
-    compute type, is applied by the kernels as they load `x`; with `where`, or any other
-    `scale`, the softmax is computed by array operations.
+    compute type, is applied by the kernels as they load `x`. `where` without `scale` is read by
+    the kernels for rows along the last axis of a C-contiguous `x` of up to 16,384 elements, with
+    a mask of `x`'s shape or one broadcast over a block of the leading axes (``(n,)``,
+    ``(batch, 1, ..., 1, n)``); other masks and scales are computed by array operations.
     Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when
     stored. On the host, float32 sums stay within a few ulps at any length: pairwise along a
     contiguous run, else float32 blocks of at most 16 terms added in float64.
@@ -235,6 +237,59 @@ def reduced(c: "Call", op: str, scale=None):
             perm = [order.index(d) for d in natural] + list(range(len(order), y.ndim))
             y = cupy.ascontiguousarray(y.transpose(perm))
         return y.reshape(kept + tail)
+
+
+def mask_rows(w, shape):
+    """(address, rdiv, msr, msc) of a bool CuPy mask `w` broadcast to `shape` and read over the
+    rows of its last axis in C order (row r's element c at ``address + (r // rdiv) * msr + c *
+    msc``, kernels/ops.cuh Masked), or None where its strides have no such form (a mask that
+    varies along an axis after one it is broadcast over, such as (batch, 1, q, n))."""
+    import cupy
+
+    b = cupy.broadcast_to(w, shape)
+    lead, strides = shape[:-1], b.strides[:-1]
+    k, rdiv = len(lead), 1
+    while k and (strides[k - 1] == 0 or lead[k - 1] == 1):  # broadcast over the last rows
+        rdiv *= lead[k - 1]
+        k -= 1
+    msr = strides[k - 1] if k else 0
+    step = msr
+    for i in range(k - 1, -1, -1):  # the rest: one stride a row, C order
+        if lead[i] != 1 and strides[i] != step:
+            return None
+        step *= lead[i]
+    return (b.data.ptr, rdiv, msr, b.strides[-1])
+
+
+def masked(c: "Call", w, op: str):
+    """`op` (softmax or log_softmax) of a prepared GPU call with a bool CuPy mask `w`, by the
+    kernels that take the Masked load (``planning.LOAD_KERNELS``: the registers family, forced
+    where it holds the rows, at any width the default gives another family): the result (or
+    `out`), or None where none takes it (the reduced axis not the last of a C-contiguous input,
+    a mask ``mask_rows`` cannot read, or rows longer than the registers family holds)."""
+    import cupy
+
+    x = c.array
+    if c.axes != (x.ndim - 1,) or not x.flags.c_contiguous or x.dtype != c.dtype or x.size == 0:
+        return None
+    words = mask_rows(w, x.shape)
+    if words is None:
+        return None
+    with x.device:
+        y = cupy.empty(x.shape, x.dtype)  # C-contiguous as x: the rows of the mask's order
+        tuning = planning.active()
+        strides = _elem_strides(x)
+        try:  # the registers family wherever it holds the row, the default's choice or not
+            layout, plan = _plan(x.shape, strides, strides, c.axes, x.itemsize,
+                                 (x.data.ptr % 16, y.data.ptr % 16), x.device.id, "registers",
+                                 tuning, op, "Masked")
+        except ValueError:  # rows longer than it holds
+            return None
+        _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)(x, y, load=words)
+        if c.out is None:
+            return c.src.wrap(y)
+        c.out[...] = y
+    return c.out
 
 
 def normalized(x, mk, op: str, scale=None):

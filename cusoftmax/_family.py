@@ -126,9 +126,13 @@ def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
     for the fast path of later calls."""
     w, s = _where(where, c), _scale(scale, c)
     fs = _api.fused_scale(s, c.dtype)
-    if (c.src.on_gpu and w is None and (s is None or fs is not None)
-            and c.dtype.name in planning.FUSED_TYPES.get(op, ())):
+    fused = c.src.on_gpu and c.dtype.name in planning.FUSED_TYPES.get(op, ())
+    if fused and w is None and (s is None or fs is not None):
         return _api.fused(c, out, method, op, remember, fs)
+    if fused and s is None and method is None:
+        y = _api.masked(c, w, op)  # the registers family, where it holds the rows
+        if y is not None:
+            return out if out is not None else y
     _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
                else f"{op} with where= or an array, zero, negative or non-finite scale=")
     xp = _xp(c)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .planning import OPS, PORTABLE_CLUSTER, TUNING, Tuning, cuda_defines, device_limits
+from .planning import LOAD_SLOTS, OPS, PORTABLE_CLUSTER, TUNING, Tuning, cuda_defines, device_limits
 
 HEADER = "common.cuh"
 FILES = {
@@ -87,7 +87,8 @@ def instantiations(clusters: bool = True):
                 if dtype_name in planning.TOPK_TYPES:
                     made = [*made, *planning.topk_templates(itemsize)]
             for kernel, template in made:
-                yield kernel, dtype_name, tuple(template), planning.ops_of(op, load)
+                if kernel in planning.LOAD_KERNELS.get(load, (kernel,)):
+                    yield kernel, dtype_name, tuple(template), planning.ops_of(op, load)
 
 
 def name_expression(kernel: str, dtype_name: str, template, ops=OPS) -> str:
@@ -129,7 +130,8 @@ def _bound(plan, dtype_name, device_id, tuning):
 
 def load_word(load: str, value=None) -> int:
     """The kernels' last argument, the load functor (kernels/ops.cuh), as a 64-bit slot: 0 for
-    Plain (an empty struct), the bits of the float64 scale for Scaled."""
+    Plain (an empty struct), the bits of the float64 scale for Scaled (Masked fills
+    ``planning.LOAD_SLOTS`` slots: its mask's address and three strides)."""
     if load == "Plain":
         return 0
     return int(np.float64(value).view(np.int64))
@@ -139,8 +141,9 @@ def _launcher(plan, fn, tail):
     """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y (``plan.inputs``
     inputs, then ``plan.outputs`` outputs: ``run(y, dy, dx)`` for a backward pass, ``run(x,
     values, indices)`` for a top-k) on the current stream through the driver, with their device
-    addresses followed by the fixed integer arguments ``tail`` and the load functor's slot
-    (``run(x, y, load=load_word(...))``; 0 unless given); the plan's workspace, if any, is
+    addresses followed by the fixed integer arguments ``tail`` and the load functor's slots
+    (``run(x, y, load=load_word(...))``, or a tuple of up to ``planning.LOAD_SLOTS`` words; 0
+    unless given); the plan's workspace, if any, is
     allocated, its head zeroed on the same stream, and passed after the outputs. Every argument
     has an 8-byte slot (an int parameter reads the low 4 bytes, little-endian), packed once per
     thread; a call writes only the addresses (and the load's slot where given). This costs about
@@ -157,13 +160,13 @@ def _launcher(plan, fn, tail):
     current_stream = cupy.cuda.get_current_stream
     arrays = plan.inputs + plan.outputs
     pointers = arrays + (workspace is not None)
-    n = pointers + len(tail) + 1
+    n = pointers + len(tail) + LOAD_SLOTS
     per_thread = threading.local()  # a slot buffer is written and read by one launch at a time
 
     def slots():  # a thread's first launch of this kernel
         if not driver.ctxGetCurrent():  # the driver API launches in the thread's current context,
             runtime.free(0)  # which a thread that made no runtime call has not bound yet
-        buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail), 0)
+        buf = (ctypes.c_int64 * n)(*([0] * pointers), *(int(v) for v in tail), *([0] * LOAD_SLOTS))
         base = ctypes.addressof(buf)
         params = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
         per_thread.buf = (buf, ctypes.addressof(params), params)
@@ -176,8 +179,9 @@ def _launcher(plan, fn, tail):
         buf, params, _ = getattr(per_thread, "buf", None) or slots()
         for i, a in enumerate(given):  # the arrays, then the workspace
             buf[i] = a.data.ptr
-        if load is not None:
-            buf[n - 1] = load
+        if load is not None:  # the load functor's struct, from its slot on
+            words = load if type(load) is tuple else (load,)
+            buf[n - LOAD_SLOTS:n - LOAD_SLOTS + len(words)] = words
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
     if workspace is None:

@@ -22,6 +22,11 @@ and dx written, against torch's ``_softmax_backward_data`` (``_log_softmax_backw
 without it in the same run (column "vs unscaled": the unscaled call's time over the scaled one's),
 in place of the peers; results are checked against the reference of ``S * x``.
 
+``--where full`` (a random bool mask of x's shape) or ``--where padding`` (one of the reduced
+axis's length, broadcast along the slices) times softmax or log_softmax with ``where=`` against
+the same call without it and ``jax.nn``'s with ``where=`` under ``jit``; GB/s counts the mask's
+bytes too (read once), and results are checked against the masked reference.
+
 ``--op softmax_topk`` times softmax_topk on its own cases against the peers' two-op versions
 (cusoftmax/_bench_topk.py).
 
@@ -81,6 +86,9 @@ def _parse(argv):
     p.add_argument("--scale", type=float, default=None,
                    help="time scale=SCALE against the same call without it (softmax, log_softmax, "
                         "logsumexp)")
+    p.add_argument("--where", choices=("full", "padding"), default=None,
+                   help="time where= masks (softmax, log_softmax): a mask of x's shape, or one "
+                        "along the reduced axis broadcast over the slices")
     p.add_argument("--host", action="store_true",
                    help="time the host path against scipy.special.softmax (no GPU needed)")
     p.add_argument("--dask", action="store_true",
@@ -279,6 +287,39 @@ def _forced(cusoftmax, method, op="softmax"):
     return factory
 
 
+def _masked_peers(names, op, ours, given):
+    """Ours without the mask, and jax.nn's op with ``where=`` under jit where JAX is installed."""
+    peers = {"unmasked": lambda x, axis: (lambda: ours(x, axis=axis), "events", None)}
+    found = _gpu_jax() if "jax" in names else None
+    if found is not None:
+        jax, jnp = found
+        f_j = getattr(jax.nn, op)
+
+        def jf(x, axis):
+            jx, jw = jnp.from_dlpack(x), jnp.asarray(given["where"].get())
+            f = jax.jit(lambda a, w: f_j(a, axis=axis, where=w))
+            return (lambda: f(jx, jw)), "wall", (lambda r: r.block_until_ready())
+        peers["jax"] = jf
+    return peers
+
+
+def _masked_reference_ok(cupy, x, y, where, axis, dtype_name, op):
+    """y against a float64 reference of x's masked slices (left-out places 0, or -inf)."""
+    from ._accuracy import LOG_TOLERANCE, TOLERANCE, violations
+
+    w = cupy.broadcast_to(where, x.shape)
+    x64 = cupy.where(w, x.astype(cupy.float64), -cupy.inf)
+    m = x64.max(axis=axis, keepdims=True)
+    with np.errstate(all="ignore"):
+        t = x64 - cupy.where(cupy.isfinite(m), m, 0)
+        e = cupy.exp(t)
+        s = e.sum(axis=axis, keepdims=True)
+        ref = t - cupy.log(s) if op == "log_softmax" else e / s
+    ref = cupy.where(w, ref, -cupy.inf if op == "log_softmax" else 0.0)
+    table = LOG_TOLERANCE if op == "log_softmax" else TOLERANCE
+    return violations(cupy.asnumpy(y.astype(cupy.float64)), cupy.asnumpy(ref), dtype_name, table)
+
+
 def _scaled(cupy, x, scale):
     """``scale * x`` as the library computes it (in float32, float64 for float64), for the
     reference."""
@@ -391,6 +432,12 @@ def main(argv=None):
         peers = _vjp_peers(args.peers.split(","), op, given)
         vjp = ours
         ours = lambda y, axis: vjp(y, given["dy"], axis=axis)  # noqa: E731
+    elif args.where is not None:
+        if op not in ("softmax", "log_softmax"):
+            sys.exit(f"--where: softmax and log_softmax, not {op}")
+        peers = _masked_peers(args.peers.split(","), op, ours, given)
+        plain = ours
+        ours = lambda x, axis: plain(x, axis=axis, where=given["where"])  # noqa: E731
     elif args.scale is not None:
         if op not in ("softmax", "log_softmax", "logsumexp"):
             sys.exit(f"--scale: softmax, log_softmax and logsumexp take a scale, not {op}")
@@ -399,7 +446,7 @@ def main(argv=None):
         peers = {"unscaled": lambda x, axis: (lambda: plain(x, axis=axis), "events", None)}
     else:
         peers = _peers(args.peers.split(","), cupy, op)
-    if op == "log_softmax" and args.scale is None:  # our own softmax, the speed it is held to
+    if op == "log_softmax" and args.scale is None and args.where is None:  # our softmax: its target
         peers["softmax"] = lambda x, axis: (lambda: cusoftmax.softmax(x, axis=axis), "events", None)
     cases = list(_cases(args))
     methods = [m for m in args.methods.split(",") if m]
@@ -415,7 +462,11 @@ def main(argv=None):
             given["x"] = x
             given["dy"] = cupy.random.default_rng(10**6 + i).standard_normal(shape, dtype=cupy.float32).astype(dt)
             x = getattr(cusoftmax, VJPS[op])(x, axis=axis)
-        nbytes = PASSES[op] * x.nbytes  # the operation's least traffic
+        if args.where is not None:  # the mask: x's shape, or the reduced axis's length
+            mshape = x.shape if args.where == "full" else tuple(
+                n if d == axis % x.ndim else 1 for d, n in enumerate(x.shape))
+            given["where"] = cupy.random.default_rng(2 * 10**6 + i).random(mshape) < 0.7
+        nbytes = PASSES[op] * x.nbytes + (given["where"].nbytes if args.where else 0)
         copy_us = timer.copy(x)
         impls = {"cusoftmax": lambda x, axis: (lambda: ours(x, axis=axis), "events", None)}
         impls.update(peers)
@@ -434,8 +485,11 @@ def main(argv=None):
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
                 scaled = args.scale is not None and impl != "unscaled"
                 ref_x = _scaled(cupy, x, args.scale) if scaled else x
-                bad = _reference_ok(cupy, ref_x, y, axis, dt_name, "softmax" if impl == "softmax" else op,
-                                    given.get("dy"))
+                if args.where is not None and impl != "unmasked":
+                    bad = _masked_reference_ok(cupy, x, y, given["where"], axis, dt_name, op)
+                else:
+                    bad = _reference_ok(cupy, ref_x, y, axis, dt_name, "softmax" if impl == "softmax" else op,
+                                        given.get("dy"))
                 if bad and (impl == "cusoftmax" or impl.startswith(FORCED)):
                     row[f"{impl}_error"] = bad
                     _progress(f"    {impl}: WRONG RESULT, not timed: {bad}")
@@ -455,7 +509,7 @@ def main(argv=None):
         _progress(f"    of copy: {', '.join(done)}")  # a run cut short still leaves its figures
         del x
         cupy.get_default_memory_pool().free_all_blocks()
-    overhead = {} if op in VJPS else _host_overhead(cupy, peers, op=op, scale=args.scale)
+    overhead = {} if op in VJPS or args.where else _host_overhead(cupy, peers, op=op, scale=args.scale)
     _report(rows, list(impls), overhead, name, Path(args.out), op)
     return 0
 

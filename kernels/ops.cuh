@@ -30,17 +30,76 @@
 
 namespace csm {
 
+// Loads that know the element's place are taken by the registers family only
+// (planning.LOAD_KERNELS). MASKS: the load leaves some elements out; `row_at(row)` is a row's
+// mask, `load_at(v, r, col, cols)` loads a pack whose first element is column col of a row of
+// `cols` elements with mask r (columns outside [0, cols) are padding), and `kept(r, col)` says
+// whether an element was left in; where a row's max is not finite the kernel writes
+// Ep::masked() at the left-out places (elsewhere their -inf gives it already).
+template <class Ld> __device__ inline const unsigned char* mask_row(const Ld& ld, long long row) {
+    if constexpr (Ld::MASKS)
+        return ld.row_at(row);
+    else
+        return nullptr;
+}
+template <class Ld, int V, typename C>
+__device__ inline void load_at(const Ld& ld, C (&v)[V], const unsigned char* r, long long col, long long cols) {
+    if constexpr (Ld::MASKS)
+        ld.load_at(v, r, col, cols);
+    else
+        ld.load(v);
+}
+
 // x as it is in memory.
 struct Plain {
-    static constexpr bool BITS = true;
+    static constexpr bool BITS = true, MASKS = false;
     template <int V, typename C> __device__ void load(C (&)[V]) const {}
+};
+
+// An unsigned integer of V bytes.
+template <int V> struct Bytes;
+template <> struct Bytes<1> { using type = unsigned char; };
+template <> struct Bytes<2> { using type = unsigned short; };
+template <> struct Bytes<4> { using type = unsigned; };
+template <> struct Bytes<8> { using type = unsigned long long; };
+
+// x where a bool mask is true, -inf (left out) elsewhere: mask element of (row, col) at
+// m + (row / rdiv) * msr + col * msc (bytes): a mask broadcast over the rows in runs of rdiv
+// (a padding mask of (batch, 1, ..., 1, n) over (batch, heads, ..., n)), or one a row (rdiv 1).
+struct Masked {
+    static constexpr bool BITS = false, MASKS = true;
+    const unsigned char* m;
+    long long rdiv, msr, msc;
+    // The row's mask: no division for a mask of one row or one a row; 32-bit where both fit.
+    __device__ const unsigned char* row_at(long long row) const {
+        if (msr == 0) return m;
+        const long long q = rdiv == 1 ? row
+                            : (row | rdiv) >> 32 == 0 ? (long long)(unsigned(row) / unsigned(rdiv))
+                                                      : row / rdiv;
+        return m + q * msr;
+    }
+    __device__ bool kept(const unsigned char* r, long long col) const { return r[col * msc] != 0; }
+    // The pack's V mask bytes in one load where they lie together and aligned, else one by one.
+    template <int V, typename C> __device__ void load_at(C (&v)[V], const unsigned char* r, long long col, long long cols) const {
+        if (msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0) {
+            using W = typename Bytes<V>::type;
+            const W w = *reinterpret_cast<const W*>(r + col);
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                if (!((w >> (8 * j)) & 0xff)) v[j] = neg_inf<C>();
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+            if (col + j >= 0 && col + j < cols && !r[(col + j) * msc]) v[j] = neg_inf<C>();
+    }
 };
 
 // s * x in the compute type, for a finite s > 0 (the launcher passes s's bits): as composed,
 // (x in C) * C(s), rounded (a product the compiler may not fuse into a later add). Monotone, and
 // -inf stays -inf; other scales are computed apart.
 struct Scaled {
-    static constexpr bool BITS = false;
+    static constexpr bool BITS = false, MASKS = false;
     double s;
     template <int V, typename C> __device__ void load(C (&v)[V]) const {
         const C f = C(s);
@@ -60,6 +119,7 @@ template <class Ld, typename C> __device__ inline C one(const Ld& ld, C x) {
 // all NaN (d is NaN), as SciPy's softmax.
 struct Softmax {
     static constexpr bool TERMS = true, SHIFTS = true;
+    template <typename C> __device__ static C masked() { return C(0); }
     template <typename C> __device__ static C ref(C m) { return m; }
     template <typename C> __device__ static C term(C x, C m) { return csm::term(x, m); }
     template <typename C, typename D> __device__ static C constant(C, D d) { return scale_of(d, C()); }
@@ -82,6 +142,7 @@ struct Softmax {
 // logarithm would need the shift's rounding taken off.
 struct LogSoftmax {
     static constexpr bool TERMS = false, SHIFTS = false;
+    template <typename C> __device__ static C masked() { return neg_inf<C>(); }
     template <typename C> __device__ static C ref(C m) { return m == -neg_inf<C>() ? C(0) : m; }
     template <typename C> __device__ static C term(C x, C m) {
         return x == neg_inf<C>() ? C(0) : fast_exp(x - ref(m));

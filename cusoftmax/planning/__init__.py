@@ -21,11 +21,11 @@ from typing import Callable, NamedTuple
 
 from . import (block, cluster, columns, flat, grid, normalize, online, reduce, registers, slab, tiles,
                topk, vjp)
-from .common import (EPILOGUES, FUSED_TYPES, LOADS, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
+from .common import (EPILOGUES, FUSED_TYPES, LOAD_KERNELS, LOAD_SLOTS, LOADS, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
                      Case, Limits, Plan, device_limits, ops_of, vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
-__all__ = ["EPILOGUES", "FUSED_TYPES", "LOADS", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
+__all__ = ["EPILOGUES", "FUSED_TYPES", "LOAD_KERNELS", "LOAD_SLOTS", "LOADS", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
            "REDUCTIONS", "TOPK_TYPES", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
            "cuda_defines", "device_limits", "normalize_plan", "normalize_templates", "ops_of",
            "plan", "reduce_plan", "reduce_templates",
@@ -73,10 +73,13 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=N
 
 def _computing(op: str, load: str, chosen: Plan | None) -> Plan | None:
     """The plan with the operation's load functor and epilogue op (every family's planner plans
-    for the launch alone)."""
+    for the launch alone); None where the load needs a kernel of LOAD_KERNELS and the plan's is
+    not one."""
     ops = ops_of(op, load)
     if chosen is None or chosen.ops == ops:
         return chosen
+    if load in LOAD_KERNELS and chosen.kernel not in LOAD_KERNELS[load]:
+        return None
     return dataclasses.replace(chosen, ops=ops)
 
 

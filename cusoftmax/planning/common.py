@@ -32,8 +32,12 @@ FUSED_TYPES = {"softmax": ("float16", "bfloat16", "float32", "float64"),
 # (m, c, s) as three float64 (a partial that cusoftmax/_dask.py merges over chunks).
 REDUCTIONS = ("logsumexp", "slice_state")
 # The load functors (kernels/ops.cuh) and the operations each is fused for: "Scaled", s * x for a
-# finite s > 0 (its bits the kernels' last argument), where the op applies to scale * x.
-LOADS = {"Plain": tuple(EPILOGUES), "Scaled": ("softmax", "log_softmax", "logsumexp", "slice_state")}
+# finite s > 0 (its bits the kernels' last argument), where the op applies to scale * x;
+# "Masked", x where a bool mask (where=) is true, by the kernels of LOAD_KERNELS only.
+LOADS = {"Plain": tuple(EPILOGUES), "Scaled": ("softmax", "log_softmax", "logsumexp", "slice_state"),
+         "Masked": ("softmax", "log_softmax")}
+LOAD_KERNELS = {"Masked": ("registers", "short_spans")}  # loads that need each element's place
+LOAD_SLOTS = 4  # 8-byte launch slots of the largest load functor (Masked: a pointer, 3 strides)
 VJPS = ("softmax_vjp", "log_softmax_vjp")  # dx from y and dy: the vjp family (vjp.py)
 
 

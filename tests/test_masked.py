@@ -1,0 +1,101 @@
+"""``where=`` in the kernels (the Masked load, the registers family): rows of up to the registers
+family's width with a mask of x's shape, one broadcast along the rows ((n,), (batch, 1, ..., n))
+or a row mask; left-out places exactly 0 (softmax) or -inf (log_softmax), whole rows left out
+included; the rest within the bounds against SciPy on the kept entries. Masks the kernels cannot
+read, and longer rows, go to array operations (tests/test_family.py)."""
+
+import numpy as np
+import pytest
+import scipy.special
+
+import cusoftmax
+from cusoftmax import _api
+from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, violations
+from _support import BF16, assert_same_bits, requires_gpu, to_host
+
+
+def test_mask_rows_reads_broadcast_masks():
+    cupy = pytest.importorskip("cupy")
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+        a = cupy.zeros((3, 1, 1, 5), dtype=bool)
+    except Exception as e:
+        pytest.skip(f"needs a GPU: {e}")
+    ptr = a.data.ptr
+    assert _api.mask_rows(a, (3, 4, 2, 5)) == (ptr, 8, 5, 1)
+    assert _api.mask_rows(a[0, 0, 0], (3, 4, 2, 5)) == (ptr, 24, 0, 1)
+    full = cupy.zeros((3, 4, 5), dtype=bool)
+    assert _api.mask_rows(full, (3, 4, 5)) == (full.data.ptr, 1, 5, 1)
+    assert _api.mask_rows(cupy.zeros((3, 1, 5), dtype=bool)[:, :, ::-1], (3, 4, 5))[3] == -1
+    assert _api.mask_rows(cupy.zeros((3, 1, 2, 5), dtype=bool), (3, 4, 2, 5)) is None  # varies after a broadcast axis
+    assert _api.mask_rows(cupy.zeros((1, 4, 1), dtype=bool), (3, 4, 5)) is None  # one a row, broadcast over columns
+
+
+def _check(y, x, where, op, dtype):
+    compute = np.float64 if dtype == np.float64 else np.float32
+    v = to_host(x).astype(compute).astype(np.float64)
+    w = np.broadcast_to(to_host(where), v.shape)
+    with np.errstate(all="ignore"):
+        ref = getattr(scipy.special, op)(np.where(w, v, -np.inf), axis=-1)
+    gone = 0.0 if op == "softmax" else -np.inf
+    ref = np.where(w, ref, gone)
+    got = to_host(y)
+    assert np.all(got[~w] == gone), "a left-out place is not exactly 0 / -inf"
+    table = TOLERANCE if op == "softmax" else LOG_TOLERANCE
+    msg = violations(got, ref, np.dtype(dtype).name, table)
+    assert msg is None, msg
+
+
+@requires_gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64], ids=str)
+@pytest.mark.parametrize("n", [1, 7, 32, 100, 513, 1000, 4096, 16384])
+def test_masks_in_the_registers_kernels(op, dtype, n):
+    import cupy
+
+    if op == "log_softmax" and dtype == np.float64:
+        pytest.skip("float64 log_softmax is computed by array operations")
+    rng = np.random.default_rng(n)
+    b, h = 3, 4
+    a = (rng.standard_normal((b, h, n)) * 4).astype(dtype)
+    a[0, 1, n // 2] = np.inf
+    a[1, 2, :] = -np.inf
+    a[2, 3, n // 3] = np.nan
+    x = cupy.asarray(a)
+    masks = {"full": rng.random((b, h, n)) < 0.6, "padding": rng.random((b, 1, n)) < 0.7,
+             "columns": rng.random(n) < 0.5}
+    masks["full"][0, 0] = False  # a whole row left out
+    masks["full"][1, 2, : n // 2 + 1] = False  # a row of -inf, partly left out
+    for name, mask in masks.items():
+        m = cupy.asarray(mask)
+        c = _api.prepare(x, -1, None, None, op)
+        y = _api.masked(c, m, op)
+        assert y is not None, name  # the kernels took it
+        _check(y, x, mask, op, dtype)
+        public = getattr(cusoftmax, op)(x, where=m)
+        assert_same_bits(public, y)
+        out = cupy.full(x.shape, np.nan, dtype)
+        assert getattr(cusoftmax, op)(x, where=m, out=out) is out
+        assert_same_bits(out, y)
+
+
+@requires_gpu
+def test_masks_the_kernels_do_not_take_run_as_array_operations():
+    import cupy
+
+    rng = np.random.default_rng(3)
+    x = cupy.asarray(rng.standard_normal((2, 3, 4, 100)).astype(np.float32))
+    cases = [(x[..., ::2], rng.random((2, 1, 1, 50)) < 0.5, -1),  # x not C-contiguous
+             (x, rng.random((2, 1, 4, 100)) < 0.5, -1),  # varies after a broadcast axis
+             (x, rng.random((2, 3, 4, 100)) < 0.5, 2),  # not the last axis
+             (cupy.asarray(rng.standard_normal((2, 70000)).astype(np.float32)), rng.random(70000) < 0.5, -1)]
+    for xv, mask, axis in cases:
+        where = cupy.asarray(mask)
+        c = _api.prepare(xv, axis, None, None, "softmax")
+        assert _api.masked(c, where, "softmax") is None
+        y = cusoftmax.softmax(xv, axis=axis, where=where)
+        w = np.broadcast_to(mask, xv.shape)
+        with np.errstate(all="ignore"):
+            ref = scipy.special.softmax(np.where(w, to_host(xv).astype(np.float64), -np.inf), axis=axis)
+        msg = violations(to_host(y), np.where(w, ref, 0.0), "float32", TOLERANCE)
+        assert msg is None, msg
