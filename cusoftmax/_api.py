@@ -194,7 +194,10 @@ def fused_scale(scale, dtype) -> float | None:
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
         return None
     lo, hi = _F64_OPEN if dtype == np.float64 else _F32_OPEN
-    s = float(scale)  # exact for float16/32/64 scalars; an int is its nearest float64
+    try:
+        s = float(scale)  # exact for float16/32/64 scalars; an int is its nearest float64
+    except OverflowError:  # an int past float64's range
+        return None
     return s if lo < s < hi else None
 
 
@@ -270,7 +273,8 @@ def masked(c: "Call", w, op: str):
     import cupy
 
     x = c.array
-    if c.axes != (x.ndim - 1,) or not x.flags.c_contiguous or x.dtype != c.dtype or x.size == 0:
+    if (c.axes != (x.ndim - 1,) or not x.flags.c_contiguous or x.dtype != c.dtype or x.size == 0
+            or w.device.id != x.device.id):
         return None
     words = mask_rows(w, x.shape)
     if words is None:

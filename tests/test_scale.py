@@ -26,7 +26,8 @@ S = 0.3712  # not a power of two: the product rounds
     (float(np.finfo(np.float32).max) + 2.0**103, np.float32, False),
     (np.nextafter(float(np.finfo(np.float32).max) + 2.0**103, 0), np.float32, True),
     (0.0, np.float32, False), (-1.0, np.float32, False), (np.inf, np.float64, False),
-    (np.nan, np.float32, False), (True, np.float32, False), (np.ones(1), np.float32, False)])
+    (np.nan, np.float32, False), (True, np.float32, False), (np.ones(1), np.float32, False),
+    (10**400, np.float64, False), (2, np.float64, True)])
 def test_which_scales_the_kernels_take(scale, dtype, fused):
     got = _api.fused_scale(scale, np.dtype(dtype))
     assert (got is not None) == fused
