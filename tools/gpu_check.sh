@@ -28,6 +28,9 @@
 #   bench-quick   a short benchmark sweep (float32 and bfloat16, six widths)
 #   topk          softmax_topk: its tests, racecheck and memcheck over one call per kernel form
 #                 (as run s32-5), and its benchmark (--op softmax_topk)
+#   loads         scale= and where= in the kernels: tests/test_scale.py and test_masked.py,
+#                 memcheck over them, the Scaled load's kernel times (dev/probes/scale_probe.py),
+#                 the bench with --where full, --where padding and --scale
 #
 # Each step has its own time limit (seconds, STEP_LIMIT, default 280) so one slow step cannot
 # take the others' results with it.
@@ -156,6 +159,17 @@ for what in ${@:-tests sanitize bench}; do
                 bfloat16:3:70000:33 float32:4:100000:1
         done
         step topk-bench topk.log python3 -m cusoftmax.bench --op softmax_topk --repeat 20 ;;
+    loads)  # scale= and where= in the kernels: their tests, memcheck over them, their benches
+        step loads-tests loads.log "${pytest[@]}" tests/test_scale.py tests/test_masked.py
+        step loads-memcheck loads.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_scale.py \
+            tests/test_masked.py -k "float32 or bfloat16 or topk or logsumexp or strided"
+        step loads-probe loads.log env PYTHONPATH=. python3 dev/probes/scale_probe.py
+        for w in full padding; do
+            step "where-$w" loads.log python3 -m cusoftmax.bench --where $w --dtypes float32,bfloat16 \
+                --widths 32,256,2048,16384 --no-axis0 --no-long --repeat 20 --peers jax
+        done
+        step scale-bench loads.log python3 -m cusoftmax.bench --scale 0.125 --dtypes float32,bfloat16 \
+            --widths 32,256,2048,16384,131072 --no-long --repeat 20 ;;
     *) echo "unknown step $what"; exit 2 ;;
     esac
 done
