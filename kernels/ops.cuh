@@ -6,9 +6,10 @@
 // take it by reference); `void load(C (&v)[V]) const`, called on each pack's values in the
 // compute type where a kernel has just converted the pack from memory (unpack, unpack_word); it
 // may transform them in place. The reductions (max, sum of exp) and the writes see what it
-// leaves. Every load is monotone non-decreasing and keeps -inf, the kernels' padding, as -inf: a
-// maximum taken on packs' bits (Staged::max by pack_max, the slab's half pairs) is then loaded
-// as one value (`one`). `BITS`: true where load leaves the values as they are.
+// leaves. Every load keeps -inf, the kernels' padding, as -inf; those that the kernels taking a
+// maximum on packs' bits run (Staged::max by pack_max, the slab's half pairs: Plain, Scaled) are
+// monotone non-decreasing, so that maximum is then loaded as one value (`one`). `BITS`: true
+// where load leaves the values as they are.
 //
 // Epilogue (Ep): per slice, from the slice's max m and its sum d of exp(x - ref(m)):
 //   TERMS                             the kernels that hold a slice on chip keep its terms
