@@ -10,6 +10,10 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+#if !defined(CSM_WALK_BATCH)
+#error "common.cuh needs -DCSM_WALK_BATCH from the loader"
+#endif
+
 namespace csm {
 
 // ---- compute types: half and bfloat16 are computed in float, float in float, double in double.
@@ -600,7 +604,7 @@ __device__ inline void store_row_pack(T* row, typename Same<I>::type c, I cols, 
 template <class Ld, int THREADS, typename T, int V, L2 H = L2::normal, typename F>
 __device__ inline void walk_run(const Ld& ld, const T* xr, int n, F&& f) {
     using C = compute_t<T>;
-    constexpr int WALK_BATCH = 4;  // packs in flight a thread: best spill and online reads [kernels-1]
+    constexpr int WALK_BATCH = CSM_WALK_BATCH;  // packs in flight a thread [kernels-1]
     constexpr int STEP = THREADS * V;
     const unsigned long long pol = l2_policy<H>();
     int c0 = int(threadIdx.x) * V;

@@ -680,7 +680,7 @@ def test_normalize_plans_cut_rows_into_pieces():
         layout = Layout(rows, n, 1, (n if ldx is None else ldx, 1), (n, 1))
         return d.normalize_plan(layout, itemsize, addresses, H200, t, op, load)
 
-    step = t.normalize_threads * 4 * 4
+    step = t.normalize_threads * 4 * t.walk_batch
     p = plan(64, 2**21)
     assert p.kernel == "normalize" and p.template == (4,) and p.block == t.normalize_threads
     assert p.piece == t.normalize_piece_bytes // 4 and p.piece % step == 0

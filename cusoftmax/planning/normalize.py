@@ -14,9 +14,6 @@ from dataclasses import dataclass
 
 from .common import MAX_GRID, THREADS_PER_SM, Plan, vecs, vector_width
 
-WALK_BATCH = 4  # packs a thread loads at once (kernels/common.cuh, walk_run)
-
-
 @dataclass(frozen=True)
 class NormalizePlan(Plan):
     method = "normalize"
@@ -34,7 +31,7 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
         return None
     t, threads = tuning, tuning.normalize_threads
     vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))
-    step = threads * vec * WALK_BATCH
+    step = threads * vec * t.walk_batch  # whole batches of walk_run
     piece = min(max(step, t.normalize_piece_bytes // itemsize // step * step),
                 math.ceil(layout.n / step) * step)
     items = layout.outer * math.ceil(layout.n / piece)

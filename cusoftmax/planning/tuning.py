@@ -113,6 +113,7 @@ class Tuning:
     vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: array operations [vjp-1]
     vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
     vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
+    walk_batch: int = 4  # (CUDA) walk_run's packs in flight a thread: spill, online [kernels-1]
     # normalize (rows from given statistics)
     normalize_threads: int = 256  # (CUDA) threads a block, as reduce_threads [normalize-1]
     normalize_piece_bytes: int = 64 * 1024  # an item's bytes: 4 walk batches of 16 KiB [normalize-1]
@@ -172,6 +173,7 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "REDUCE_THREADS": tuning.reduce_threads,
         "VJP_THREADS": tuning.vjp_threads,
         "NORMALIZE_THREADS": tuning.normalize_threads,
+        "WALK_BATCH": tuning.walk_batch,
         "TOPK_THREADS": tuning.topk_threads,
         "TOPK_BLOCKS": tuning.topk_blocks_per_sm,
     }
