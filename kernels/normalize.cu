@@ -1,11 +1,7 @@
-// Normalising from given statistics: Ep's outputs of rows of n contiguous elements (row r at
-// x + r * ldx, y + r * ldy) from each row's max m and constant k, given (a partial merged
-// elsewhere: Dask's chunks of a row, cusoftmax/_dask.py). One read and one write.
-//
-//   kernel (after Ld, Ep)   a row by                                  used for
-//   normalize<T, V>         pieces of `piece` elements, blocks taking  softmax and log_softmax
-//                           (row, piece) items t, t + gridDim.x, ...   of a chunk from its rows'
-//                                                                      merged state
+// normalize<Ld, Ep, T, V>: Ep's outputs of rows of n contiguous elements (row r at x + r * ldx,
+// y + r * ldy) from each row's given max m and constant k (a state merged elsewhere: Dask's
+// chunks of a row, cusoftmax/_dask.py), one read and one write; blocks take (row, piece) items
+// t, t + gridDim.x, ... of `piece` elements.
 #include "common.cuh"
 #include "ops.cuh"
 

@@ -21,16 +21,17 @@ from typing import Callable, NamedTuple
 
 from . import (block, cluster, columns, flat, grid, normalize, online, reduce, registers, slab, tiles,
                topk, vjp)
-from .common import (EPILOGUES, FUSED_TYPES, LOAD_KERNELS, LOAD_SLOTS, LOADS, MAX_GRID, OPS, PORTABLE_CLUSTER, REDUCTIONS, VJPS,
-                     Case, Limits, Plan, device_limits, ops_of, vector_width)
+from .common import (EPILOGUES, FUSED_TYPES, LOAD_KERNELS, LOAD_SLOTS, LOADS, MAX_GRID, OPS,
+                     PORTABLE_CLUSTER, REDUCTIONS, VJPS, Case, Limits, Plan, device_limits, ops_of,
+                     vector_width)
 from .tuning import TUNING, BySize, Tuning, cuda_defines
 
-__all__ = ["EPILOGUES", "FUSED_TYPES", "LOAD_KERNELS", "LOAD_SLOTS", "LOADS", "METHODS", "ORDER", "OPS", "MAX_GRID", "PORTABLE_CLUSTER",
-           "REDUCTIONS", "TOPK_TYPES", "VJPS", "TUNING", "BySize", "Limits", "Plan", "Tuning", "active",
-           "cuda_defines", "device_limits", "normalize_plan", "normalize_templates", "ops_of",
-           "plan", "reduce_plan", "reduce_templates",
-           "templates", "topk_plan", "topk_templates", "use", "vector_width", "vjp_plan",
-           "vjp_templates"]
+__all__ = ["EPILOGUES", "FUSED_TYPES", "LOAD_KERNELS", "LOAD_SLOTS", "LOADS", "METHODS", "ORDER",
+           "OPS", "MAX_GRID", "PORTABLE_CLUSTER", "REDUCTIONS", "TOPK_TYPES", "VJPS", "TUNING",
+           "BySize", "Limits", "Plan", "Tuning", "active", "cuda_defines", "device_limits",
+           "normalize_plan", "normalize_templates", "ops_of", "plan", "reduce_plan",
+           "reduce_templates", "templates", "topk_plan", "topk_templates", "use", "vector_width",
+           "vjp_plan", "vjp_templates"]
 TOPK_TYPES = topk.TOPK_TYPES
 
 
