@@ -320,13 +320,6 @@ def _masked_reference_ok(cupy, x, y, where, axis, dtype_name, op):
     return violations(cupy.asnumpy(y.astype(cupy.float64)), cupy.asnumpy(ref), dtype_name, table)
 
 
-def _scaled(cupy, x, scale):
-    """``scale * x`` as the library computes it (in float32, float64 for float64), for the
-    reference."""
-    compute = cupy.float64 if x.dtype == cupy.float64 else cupy.float32
-    return x.astype(compute) * compute(scale)
-
-
 def _cases(args):
     dtypes = args.dtypes.split(",") if args.dtypes else DEFAULT_DTYPES
     widths = [int(w) for w in args.widths.split(",")] if args.widths else DEFAULT_WIDTHS
@@ -422,6 +415,8 @@ def main(argv=None):
         return topk_main(args)
     import cusoftmax
 
+    from ._composed import _values, compute_types
+
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
     timer = Timer(cupy, args.repeat or 30)
@@ -484,7 +479,7 @@ def main(argv=None):
                     sync(y)
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
                 scaled = args.scale is not None and impl != "unscaled"
-                ref_x = _scaled(cupy, x, args.scale) if scaled else x
+                ref_x = _values(cupy, x, args.scale, compute_types(x.dtype)[0]) if scaled else x
                 if args.where is not None and impl != "unmasked":
                     bad = _masked_reference_ok(cupy, x, y, given["where"], axis, dt_name, op)
                 else:
