@@ -43,20 +43,21 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     axes, dtype = c.axes, c.dtype
     b, where, scale = (_operand(v, a, c, name) for v, name in ((b, "b"), (where, "where"),
                                                                (scale, "scale")))
-    reduced = _reduced_chunks(a, axes)
-    meta = meta_from_array(a._meta, a.ndim, dtype)
     if _within_chunks(a, axes):
+        shape = dict(chunks=_reduced_chunks(a, axes)) if keepdims else dict(drop_axis=axes)
         res = da.map_blocks(_on_chunk, a, b, where, scale, fn=cusoftmax.logsumexp,
-                            keys=("b", "where", "scale"), axis=axes, keepdims=True,
-                            return_sign=return_sign, chunks=reduced, meta=meta)
+                            keys=("b", "where", "scale"), axis=axes, keepdims=keepdims,
+                            return_sign=return_sign, **shape,
+                            meta=meta_from_array(a._meta, a.ndim - len(axes) * (not keepdims),
+                                                 dtype))
     else:
-        res = _states(a, axes, b=b, where=where, scale=scale).map_blocks(
-            _log_sum, return_sign=return_sign, result=dtype, meta=meta)
-    outs = (res,) if not return_sign else tuple(
-        res.map_blocks(operator.itemgetter(i), meta=meta) for i in (0, 1))
-    if not keepdims:
-        outs = tuple(r.squeeze(axis=axes) for r in outs)
-    return outs if return_sign else outs[0]
+        res = _states(a, axes, partial(_log_sum, return_sign=return_sign, result=dtype),
+                      keepdims, meta_from_array(a._meta, a.ndim, dtype), b=b, where=where,
+                      scale=scale)
+    if not return_sign:
+        return res
+    meta = meta_from_array(a._meta, res.ndim, dtype)
+    return tuple(res.map_blocks(operator.itemgetter(i), meta=meta) for i in (0, 1))
 
 
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
@@ -208,14 +209,22 @@ def _module(a):
     return cupy if cupy is not None and isinstance(a, cupy.ndarray) else np
 
 
-def _states(x, axes, **extras):
+def _states(x, axes, aggregate=None, keepdims=True, meta=None, **extras):
     """The State of every slice over all of its chunks: a Dask array with one block (a State of
-    keepdims arrays) per block of the kept axes."""
-    reduced = _reduced_chunks(x, axes)
+    keepdims arrays) per block of the kept axes; or, given ``aggregate(state)``, its value on
+    each merged State (squeezed along ``axes`` unless ``keepdims``).
+
+    Without array extras each chunk's State is the reduction's own chunk step: one layer of
+    tasks, not a layer of ours fused with the reduction's into subgraphs run by Dask's
+    ``execute_graph`` (ordered again at every run)."""
+    total = _merged if aggregate is None else partial(_merged_then, aggregate)
+    common = dict(combine=_merged, axis=axes, keepdims=keepdims, concatenate=False,
+                  dtype=x.dtype, meta=x._meta if meta is None else meta)
+    if not any(isinstance(v, da.Array) for v in extras.values()):
+        return da.reduction(x, partial(_state_of_chunk, **extras), total, **common)
     parts = da.map_blocks(_state_chunk, x, *extras.values(), keys=tuple(extras), axes=axes,
-                          chunks=reduced, meta=x._meta)
-    return da.reduction(parts, _state_as_is, _merged, combine=_merged, axis=axes,
-                        keepdims=True, concatenate=False, dtype=x.dtype, meta=x._meta)
+                          chunks=_reduced_chunks(x, axes), meta=x._meta)
+    return da.reduction(parts, _state_as_is, total, **common)
 
 
 # Block functions: what each task runs.
@@ -309,6 +318,22 @@ def _state_as_is(st, axis, keepdims):
     return st
 
 
+def _state_of_chunk(x, axis, keepdims, **extras):
+    """The reduction's chunk step: the State of x's part of each slice (``extras``: None or a
+    scalar scale)."""
+    return _state_chunk(x, *extras.values(), keys=tuple(extras), axes=axis)
+
+
+def _merged_then(fn, parts, axis, keepdims):
+    """``fn`` of the merged State (an array or a tuple of arrays), squeezed along ``axis``
+    unless ``keepdims``."""
+    res = fn(_merged(parts, axis, keepdims))
+    if keepdims:
+        return res
+    return tuple(r.squeeze(axis=axis) for r in res) if isinstance(res, tuple) else \
+        res.squeeze(axis=axis)
+
+
 def _merged(parts, axis, keepdims):
     """The merge of the States in a nested list (one level per reduced axis); CuPy states by
     one fused kernel a merge (``_composed.merge`` traced by ``cupy.fuse``)."""
@@ -364,7 +389,7 @@ def _fused_normalize(op):
     return cupy.fuse(softmax_from_state if op == "softmax" else log_softmax_from_state)
 
 
-def _log_sum(st, return_sign, result):
+def _log_sum(st, *, return_sign, result):
     return _composed.log_sum(_module(st.m), st, return_sign=return_sign, dtype=result)
 
 

@@ -1,6 +1,12 @@
-"""Where a Dask array of CuPy chunks spends its time: the wall time of logsumexp and softmax
-over a chunked axis (graph built and computed, threaded and synchronous schedulers), and
-cProfile's top entries of one synchronous compute (tottime and cumulative).
+"""Where a Dask array of CuPy chunks spends its time, for softmax and logsumexp over a chunked
+axis (graph built and persisted on the threaded scheduler):
+
+- "wall": the call, persist and a device synchronisation (median of 5);
+- "host while busy": the same with the GPU held by a spin kernel of about 1 s launched just
+  before, so the call's time is host work only; a figure near 1 s means the path synchronises;
+- "in tasks": the sum of the tasks' own times (``dask.diagnostics.Profiler``), the rest of the
+  host time being the graph's construction and the scheduler's;
+- cProfile's top entries of one synchronous compute (its per-call cost inflates small functions).
 
     python dev/probes/dask_profile.py [rows] [cols] [chunks]
 """
@@ -34,17 +40,50 @@ def timed(fn, rounds=5):
     return statistics.median(out)
 
 
+_SPIN = r"""extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}"""
+
+
+def host_while_busy(fn):
+    """(ms until fn returned, ms until the GPU finished) with the GPU held about 1 s first."""
+    spin = cupy.RawKernel(_SPIN, "spin")
+    cupy.cuda.Device().synchronize()
+    spin((1,), (1,), (cupy.int64(2 * 10**9),))
+    t0 = time.perf_counter()
+    r = fn()
+    t1 = time.perf_counter()
+    cupy.cuda.Device().synchronize()
+    t2 = time.perf_counter()
+    del r
+    return (t1 - t0) * 1e3, (t2 - t0) * 1e3
+
+
+def in_tasks(fn):
+    """(ms in the tasks' own code, number of tasks) of one persist."""
+    from dask.diagnostics import Profiler
+
+    with Profiler() as prof:
+        r = fn()
+    cupy.cuda.Device().synchronize()
+    del r
+    return sum(t.end_time - t.start_time for t in prof.results) * 1e3, len(prof.results)
+
+
 def main(rows=64, cols=2**24, chunks=8):
     x = cupy.random.default_rng(0).standard_normal((rows, cols), dtype=cupy.float32)
     d = da.from_array(x, chunks=(rows, cols // chunks), asarray=False)
     for op in ("logsumexp", "softmax"):
         f = getattr(cusoftmax, op)
         single = timed(lambda: f(x, axis=1))
-        for sched in ("threads", "sync"):
-            with dask.config.set(scheduler=sched):
-                t = timed(lambda: f(d, axis=1).compute())
-            print(f"{op} {rows}x{cols} {chunks} chunks {sched}: {t:.2f} ms (single call {single:.2f} ms)",
-                  flush=True)
+        with dask.config.set(scheduler="threads"):
+            t = timed(lambda: f(d, axis=1).persist())
+            host, done = host_while_busy(lambda: f(d, axis=1).persist())
+            busy, tasks = in_tasks(lambda: f(d, axis=1).persist())
+        print(f"{op} {rows}x{cols} {chunks} chunks: wall {t:.2f} ms (single call {single:.2f}); "
+              f"host while busy {host:.2f} ms (GPU done at {done:.0f}); in tasks {busy:.2f} ms "
+              f"over {tasks} tasks", flush=True)
         with dask.config.set(scheduler="sync"):
             g = f(d, axis=1)
             pr = cProfile.Profile()
@@ -52,8 +91,7 @@ def main(rows=64, cols=2**24, chunks=8):
             g.compute()
             cupy.cuda.Device().synchronize()
             pr.disable()
-        for key in ("tottime", "cumulative"):
-            pstats.Stats(pr, stream=sys.stdout).sort_stats(key).print_stats(22)
+        pstats.Stats(pr, stream=sys.stdout).sort_stats("tottime").print_stats(15)
 
 
 if __name__ == "__main__":
