@@ -317,11 +317,18 @@ def normalized(x, mk, op: str, scale=None):
         y = cupy.empty(x.shape, x.dtype)
         layout = Layout(x.shape[0], n, 1, (x.strides[0] // x.itemsize, 1), (n, 1))
         load, word = _load(scale)
-        tuning = planning.active()
-        plan = planning.normalize_plan(layout, x.itemsize, (x.data.ptr % 16, y.data.ptr % 16),
-                                       planning.device_limits(x.device.id), tuning, op, load)
-        _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)(x, mk, y, load=word)
+        run = _normalizer(layout, x.dtype.name, x.itemsize, (x.data.ptr % 16, y.data.ptr % 16),
+                          x.device.id, planning.active(), op, load)
+        run(x, mk, y, load=word)
     return y.reshape(shape)
+
+
+@lru_cache(maxsize=1024)
+def _normalizer(layout, dtype_name, itemsize, align, device_id, tuning, op, load):
+    """The normalize kernel's ``run(x, mk, y)`` for one call signature."""
+    plan = planning.normalize_plan(layout, itemsize, align, planning.device_limits(device_id),
+                                   tuning, op, load)
+    return _kernels.bind(plan, layout, dtype_name, device_id, tuning)
 
 
 def vjp_rows(c: "Call", g, op: str):

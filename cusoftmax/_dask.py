@@ -112,7 +112,7 @@ def _normalized(op, x, axis, where, scale, out, method):
     if method is not None:
         raise ValueError("method= chooses the kernel of whole slices; these slices are split "
                          "over Dask chunks")
-    total = _states(x, axes, where=where, scale=scale)
+    total = _states(x, axes, partial(_normalizing, op=op, axes=axes), where=where, scale=scale)
     return da.map_blocks(_normalize_chunk, x, total, where, scale, op=op, axes=axes, meta=meta)
 
 
@@ -257,7 +257,8 @@ def _state_chunk(x, *arrays, keys, axes):
         # the reduce kernels, one read (a scalar scale applied as they load)
         st = _api.reduced(_api.prepare(x, axes, None, None, "logsumexp"), "slice_state", fs)
         m, c, s = (st[..., i].reshape(shape) for i in range(3))
-        return _composed.State(m.astype(compute), c.astype(acc), s.astype(acc))
+        return _composed.State(m.astype(compute, copy=False), c.astype(acc, copy=False),
+                               s.astype(acc, copy=False))
     return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
 
 
@@ -359,13 +360,22 @@ def _leaves(parts):
     return [s for p in parts for s in _leaves(p)] if isinstance(parts, list) else [parts]
 
 
-def _normalize_chunk(x, st, where, scale, *, op, axes):
+def _normalizing(st, *, op, axes):
+    """A merged State and, for CuPy slices along the last axis, the normalize kernel's (m, k) of
+    each (computed once, not by each chunk of the slices)."""
+    xp = _module(st.m)
+    if xp is np or axes != (st.m.ndim - 1,):
+        return st, None
+    k = _composed.constant(xp, op, st)
+    return st, xp.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1)
+
+
+def _normalize_chunk(x, total, where, scale, *, op, axes):
     xp = _module(x)
+    st, mk = total
     fs = None if scale is None else _api.fused_scale(scale, x.dtype)
     if xp is not np and where is None and (scale is None or fs is not None):
-        if axes == (x.ndim - 1,):  # the normalize kernel: rows from their (m, k)
-            k = _composed.constant(xp, op, st)
-            mk = xp.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1)
+        if mk is not None:  # the normalize kernel: rows from their (m, k)
             y = _api.normalized(x, mk, op, fs)
             if y is not None:
                 return y

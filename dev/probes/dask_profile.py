@@ -71,9 +71,35 @@ def in_tasks(fn):
     return sum(t.end_time - t.start_time for t in prof.results) * 1e3, len(prof.results)
 
 
+def task_host_times(x, chunks, rounds=50):
+    """Host microseconds of each task function on one chunk (launches not awaited)."""
+    from cusoftmax import _dask
+
+    part = x[:, : x.shape[1] // chunks]
+    st = _dask._state_chunk(part, keys=(), axes=(1,))
+    total = _dask._normalizing(st, op="softmax", axes=(1,))
+    pieces = {
+        "state of a chunk": lambda: _dask._state_chunk(part, keys=(), axes=(1,)),
+        "merge of two states": lambda: _dask._merged([st, st], (1,), True),
+        "(m, k) of merged states": lambda: _dask._normalizing(st, op="softmax", axes=(1,)),
+        "softmax of a chunk from its (m, k)": lambda: _dask._normalize_chunk(
+            part, total, None, None, op="softmax", axes=(1,)),
+    }
+    for name, fn in pieces.items():
+        fn()
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            fn()
+        t = (time.perf_counter() - t0) / rounds * 1e6
+        cupy.cuda.Device().synchronize()
+        print(f"host {name}: {t:.0f} us", flush=True)
+
+
 def main(rows=64, cols=2**24, chunks=8):
     x = cupy.random.default_rng(0).standard_normal((rows, cols), dtype=cupy.float32)
     d = da.from_array(x, chunks=(rows, cols // chunks), asarray=False)
+    task_host_times(x, chunks)
     for op in ("logsumexp", "softmax"):
         f = getattr(cusoftmax, op)
         single = timed(lambda: f(x, axis=1))
