@@ -20,14 +20,15 @@
 #include "common.cuh"
 #include "ops.cuh"
 
-#if !defined(CSM_TOPK_THREADS) || !defined(CSM_TOPK_BLOCKS)
-#error "topk.cu needs -DCSM_TOPK_THREADS and -DCSM_TOPK_BLOCKS from the loader"
+#if !defined(CSM_TOPK_THREADS) || !defined(CSM_TOPK_BLOCKS) || !defined(CSM_TOPK_BATCH)
+#error "topk.cu needs -DCSM_TOPK_THREADS, -DCSM_TOPK_BLOCKS and -DCSM_TOPK_BATCH from the loader"
 #endif
 
 namespace csm {
 
 constexpr int TOPK_THREADS = CSM_TOPK_THREADS;  // threads a block of either kernel
 constexpr int TOPK_BLOCKS = CSM_TOPK_BLOCKS;  // topk_block's launch bound: blocks an SM
+constexpr int TOPK_BATCH = CSM_TOPK_BATCH;  // elements a thread of topk_block loads before it uses any
 constexpr int TOPK_WARPS = TOPK_THREADS / 32;
 constexpr int TOPK_CAP = 128;  // candidates a warp holds (4 a lane): merged at k, at most CAP - 32
 static_assert(TOPK_THREADS % 32 == 0 && TOPK_THREADS <= 1024 && TOPK_WARPS >= 2 &&
@@ -134,9 +135,9 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 
 // Shared memory of topk_block: two sides of every warp's list of its K least keys so far
 // (ascending, NO_KEY past them; a merge reads one side and writes the other) and its
-// candidates; the least k-th key any warp has had, and each warp's ceil(k / TOPK_WARPS)-th key
-// (share), the largest of which has k keys at or below it in the block's lists: no element
-// above either can be chosen.
+// candidates; the block's bound (block_bound), and each warp's share: a key with
+// ceil(k / TOPK_WARPS) of the chunk's elements at or before it (its list's, or seed_bounds'),
+// so that the largest share has k: no element after the bound can be chosen.
 template <int K> struct TopkShared {
     Key lists[2][TOPK_WARPS * K];
     Key cand[TOPK_WARPS][TOPK_CAP];
@@ -207,14 +208,43 @@ template <int K> __device__ inline Key* merge_lists(Key* src, Key* dst, int L) {
     return src;
 }
 
-// The block's bound: the lesser of sh.bound and the largest share (keys only fall, so any
-// value read is a bound).
+// The block's bound, sh.bound: the least of every k-th key a warp has had and of every largest
+// share seen when a share fell (keys only fall, so any value read is a bound). One load where
+// the streaming loop reads it; the warp whose share fell takes the shares' max.
 template <int K> __device__ inline Key block_bound(const TopkShared<K>& sh) {
+    return *static_cast<const volatile Key*>(&sh.bound);
+}
+template <int K> __device__ inline Key largest_share(const TopkShared<K>& sh) {
     const volatile Key* share = sh.share;
     Key m = share[0];
 #pragma unroll
     for (int w = 1; w < TOPK_WARPS; ++w) m = max(m, share[w]);
-    return min(m, *static_cast<const volatile Key*>(&sh.bound));
+    return m;
+}
+
+// Bounds from an item's first batch, before any list holds a key. A lane's batch max bm, where
+// above -inf, is a value of the chunk's, and (bm, the last position) a key at or after that
+// element's; so a warp's r-th least of its lanes' keys has r of the chunk's elements at or
+// before it: r = ceil(k / TOPK_WARPS) for its share, r = k (k <= 32) for a bound of its own.
+template <int K> __device__ __noinline__ void seed_bounds(float bm, int k, TopkShared<K>& sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const Key mine = bm > neg_inf<float>() ? Key(order_key(bm)) << 32 | 0xffffffffu : NO_KEY;
+    int below = 0;  // lanes whose key comes first, ties to the lower lane: ranks 0 to 31
+    for (int o = 1; o < 32; ++o) {
+        const int other = (lane + o) & 31;
+        const Key e = __shfl_sync(0xffffffffu, mine, other);
+        below += e < mine || (e == mine && other < lane);
+    }
+    const int r = (k + TOPK_WARPS - 1) / TOPK_WARPS;
+    const Key share = __shfl_sync(0xffffffffu, mine, __ffs(__ballot_sync(0xffffffffu, below == r - 1)) - 1);
+    const Key own = k <= 32 ? __shfl_sync(0xffffffffu, mine, __ffs(__ballot_sync(0xffffffffu, below == k - 1)) - 1)
+                            : NO_KEY;
+    if (lane == 0) {
+        atomicMin(&sh.share[warp], share);
+        __threadfence_block();  // the share before the reads of every share
+        atomicMin(&sh.bound, min(own, largest_share(sh)));
+    }
+    __syncwarp();
 }
 
 // A warp's gathering: the bound key thr (the least k-th key it knows) and its value tv, its
@@ -251,8 +281,9 @@ __device__ __noinline__ Gather offer(Gather g, Values<V> u, int c, int len, int 
             const Key* list = sh.lists[g.side] + warp * K;
             g.thr = list[k - 1];
             if (lane == 0) {
-                atomicMin(&sh.bound, g.thr);
-                atomicExch(&sh.share[warp], list[(k + TOPK_WARPS - 1) / TOPK_WARPS - 1]);
+                atomicMin(&sh.share[warp], list[(k + TOPK_WARPS - 1) / TOPK_WARPS - 1]);
+                __threadfence_block();  // the new share before the reads of every share
+                atomicMin(&sh.bound, min(g.thr, largest_share(sh)));
             }
             __syncwarp();
             g.thr = min(g.thr, block_bound(sh));
@@ -290,8 +321,8 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
     using C = compute_t<T>;
     static_assert(sizeof(C) == 4 && K <= TOPK_THREADS && K % 32 == 0 && (K & (K - 1)) == 0,
                   "float types; a key a thread; a power of two (rank_in)");
-    constexpr int STEP = TOPK_THREADS * V;
-    constexpr int TOPK_BATCH = 4;  // packs a thread loads before it uses any
+    // A batch: TOPK_BATCH elements in packs of V, at most 4 packs (element loads, V = 1, 4 a batch).
+    constexpr int STEP = TOPK_THREADS * V, BATCH = TOPK_BATCH / V < 4 ? TOPK_BATCH / V : 4;
     __shared__ TopkShared<K> sh;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // Candidates merged once k are held (at most TOPK_CAP - 32): the bound then follows the
@@ -309,13 +340,13 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
         Gather g{NO_KEY, key_value(~0u), 0, 0};  // tv NaN: every value passes
         MD<C> st = MD<C>::identity();
         const int c0 = (warp * 32 + lane) * V;
-        word_t<T, V> w[TOPK_BATCH], next[TOPK_BATCH];
+        word_t<T, V> w[BATCH], next[BATCH];
 #pragma unroll
-        for (int b = 0; b < TOPK_BATCH; ++b) w[b] = load_row_word<T, V>(xr, c0 + b * STEP, len, neg_inf<C>());
-        for (int base = warp * 32 * V; base < len; base += TOPK_BATCH * STEP) {
+        for (int b = 0; b < BATCH; ++b) w[b] = load_row_word<T, V>(xr, c0 + b * STEP, len, neg_inf<C>());
+        for (int base = warp * 32 * V; base < len; base += BATCH * STEP) {
 #pragma unroll
-            for (int b = 0; b < TOPK_BATCH; ++b)
-                next[b] = load_row_word<T, V>(xr, c0 + (TOPK_BATCH + b) * STEP + base - warp * 32 * V, len, neg_inf<C>());
+            for (int b = 0; b < BATCH; ++b)
+                next[b] = load_row_word<T, V>(xr, c0 + (BATCH + b) * STEP + base - warp * 32 * V, len, neg_inf<C>());
             const Key seen = block_bound(sh);
             if (seen < g.thr) {
                 g.thr = seen;
@@ -323,9 +354,9 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
             }
             // The batch's values (-inf past the chunk: no term, no max, no offer), pushed at
             // once (one rescale check a batch), and its max against the bound first.
-            C u[TOPK_BATCH * V];
+            C u[BATCH * V];
 #pragma unroll
-            for (int b = 0; b < TOPK_BATCH; ++b) {
+            for (int b = 0; b < BATCH; ++b) {
                 C p[V];
                 unpack_word<T, V>(w[b], p);
                 ld.load(p);
@@ -335,10 +366,18 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
             st.template push_pack<Ep>(u);
             C bm = u[0];
 #pragma unroll
-            for (int j = 1; j < TOPK_BATCH * V; ++j) bm = fmax(bm, u[j]);  // NaN only if all are
+            for (int j = 1; j < BATCH * V; ++j) bm = fmax(bm, u[j]);  // NaN only if all are
+            if (base == warp * 32 * V) {  // the item's first batch
+                seed_bounds<K>(bm, k, sh);
+                const Key seeded = block_bound(sh);
+                if (seeded < g.thr) {
+                    g.thr = seeded;
+                    g.tv = value_of(seeded);
+                }
+            }
             if (__any_sync(0xffffffffu, !(bm < g.tv))) {
 #pragma unroll
-                for (int b = 0; b < TOPK_BATCH; ++b) {
+                for (int b = 0; b < BATCH; ++b) {
                     Values<V> vs;
                     C pm = u[b * V];
 #pragma unroll
@@ -351,7 +390,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
                 }
             }
 #pragma unroll
-            for (int b = 0; b < TOPK_BATCH; ++b) w[b] = next[b];
+            for (int b = 0; b < BATCH; ++b) w[b] = next[b];
         }
         if (g.cnt > 0) {
             warp_merge<K>(sh.lists[g.side] + warp * K, sh.lists[g.side ^ 1] + warp * K, sh.cand[warp], g.cnt);

@@ -121,6 +121,7 @@ class Tuning:
     # topk (softmax and top-k in one read)
     topk_threads: int = 256  # (CUDA) threads a block; 8 warps' lists in 40 KiB at K = 256 [topk-1]
     topk_blocks_per_sm: int = 3  # (CUDA) launch bound, 80 registers; 4 ran k=1 25% slower [topk-1]
+    topk_batch: int = 16  # (CUDA) elements a thread of topk_block loads before using any [topk-2]
     topk_lane_elements: int = 16  # a lane's in topk_lanes: 65536x256 k=8 86 us (8: 100) [topk-1]
     topk_lane_max_k: int = 32  # k of topk_lanes at most: k rounds of shuffles each [topk-1]
     topk_max_k: int = 256  # k of topk_block at most: K a thread in its final merge [topk-1]
@@ -176,5 +177,6 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "WALK_BATCH": tuning.walk_batch,
         "TOPK_THREADS": tuning.topk_threads,
         "TOPK_BLOCKS": tuning.topk_blocks_per_sm,
+        "TOPK_BATCH": tuning.topk_batch,
     }
     return tuple(f"-DCSM_{name}={value}" for name, value in values.items())
