@@ -156,35 +156,71 @@ template <int K, bool UPPER = false> __device__ inline int rank_in(const Key* a,
     return lo + (UPPER ? a[lo] <= e : a[lo] < e);
 }
 
-// A warp's list src and its candidates cand[0, cnt) (unique keys) merged into dst: each entry
-// goes to the place of its count of smaller keys in both (src's NO_KEY padding after every key,
-// in its own order); those past K are dropped. A lane's entries in registers, each candidate
-// read once for all of them. Out of line (rare): its registers are its own.
-template <int K> __device__ __noinline__ void warp_merge(const Key* src, Key* dst, const Key* cand, int cnt) {
-    constexpr int A = K / 32, B = TOPK_CAP / 32;
+// The keys e[0, R) of every lane sorted ascending over i = b * 32 + lane (a bitonic network:
+// pairs i, i ^ stride exchanged in lanes by shuffles, in a lane's registers from stride 32).
+template <int R> __device__ inline void warp_sort(Key (&e)[TOPK_CAP / 32]) {
     const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int size = 2; size <= 32 * R; size <<= 1) {
+#pragma unroll
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+#pragma unroll
+            for (int b = 0; b < R; ++b) {
+                const bool up = ((b * 32 + lane) & size) == 0;  // this run of size ascends
+                if (stride >= 32) {
+                    const int b2 = b ^ (stride / 32);
+                    if (b < b2) {
+                        const Key lo = min(e[b], e[b2]), hi = max(e[b], e[b2]);
+                        e[b] = up ? lo : hi;
+                        e[b2] = up ? hi : lo;
+                    }
+                } else {
+                    const Key other = __shfl_xor_sync(0xffffffffu, e[b], stride);
+                    e[b] = ((lane & stride) == 0) == up ? min(e[b], other) : max(e[b], other);
+                }
+            }
+        }
+    }
+}
+
+// warp_merge with the candidates in R keys a lane (cnt <= 32 * R): sorted, written back to
+// cand (NO_KEY after the cnt keys), then each entry placed at its own index in its list plus its
+// count of smaller keys in the other list.
+template <int K, int R> __device__ inline void merge_sorted(const Key* src, Key* dst, Key* cand, int cnt) {
+    const int lane = threadIdx.x & 31;
+    Key e[TOPK_CAP / 32];
+#pragma unroll
+    for (int b = 0; b < R; ++b) e[b] = b * 32 + lane < cnt ? cand[b * 32 + lane] : NO_KEY;
+    warp_sort<R>(e);
+    __syncwarp();  // every lane's reads of cand done
+#pragma unroll
+    for (int b = 0; b < R; ++b) cand[b * 32 + lane] = e[b];
+    __syncwarp();
+#pragma unroll
+    for (int a = 0; a < K / 32; ++a) {
+        const Key key = src[lane + 32 * a];
+        const int r = lane + 32 * a + rank_in<32 * R>(cand, key);
+        if (r < K) dst[r] = key;
+    }
+#pragma unroll
+    for (int b = 0; b < R; ++b) {
+        const int r = b * 32 + lane + rank_in<K>(src, e[b]);
+        if (b * 32 + lane < cnt && r < K) dst[r] = e[b];
+    }
+}
+
+// A warp's list src and its candidates cand[0, cnt) (unique keys; cand is left sorted) merged
+// into dst: each entry goes to the place of its count of smaller keys in both (src's NO_KEY
+// padding after every key, in its own order); those past K are dropped. Out of line (rare): its
+// registers are its own.
+template <int K> __device__ __noinline__ void warp_merge(const Key* src, Key* dst, Key* cand, int cnt) {
     __syncwarp();  // every lane's appends seen
-    Key e[A + B];
-    int r[A + B];
-#pragma unroll
-    for (int a = 0; a < A; ++a) {
-        e[a] = src[lane + 32 * a];
-        r[a] = lane + 32 * a;
-    }
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-        const int i = lane + 32 * b;
-        e[A + b] = i < cnt ? cand[i] : NO_KEY;
-        r[A + b] = i < cnt ? rank_in<K>(src, e[A + b]) : K;
-    }
-    for (int j = 0; j < cnt; ++j) {
-        const Key c = cand[j];
-#pragma unroll
-        for (int q = 0; q < A + B; ++q) r[q] += c < e[q];
-    }
-#pragma unroll
-    for (int q = 0; q < A + B; ++q)
-        if (r[q] < K) dst[r[q]] = e[q];
+    if (cnt <= 32)
+        merge_sorted<K, 1>(src, dst, cand, cnt);
+    else if (cnt <= 64)
+        merge_sorted<K, 2>(src, dst, cand, cnt);
+    else
+        merge_sorted<K, TOPK_CAP / 32>(src, dst, cand, cnt);
     __syncwarp();
 }
 
