@@ -626,7 +626,9 @@ def test_reduce_plans_cover_every_row_and_axis():
 
     short = rows(2**20, 32)
     assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
-    assert short.kernel == "reduce_lanes" and short.template == (4, 8, 1, 2) and short.workspace() is None
+    # a row of 8 packs in 4 lanes of reduce_lane_min_packs = 2 packs, one row at a time
+    assert short.kernel == "reduce_lanes" and short.template == (4, 4, 2, 1) and short.workspace() is None
+    assert rows(2**20, 4).template == (4, 1, 1, 2)  # one pack: one lane, two rows at a time
     assert short.ops == ("Plain", "LogSumExp")
     states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
     assert states == dataclasses.replace(short, ops=("Plain", "SliceState"))

@@ -2,7 +2,8 @@
 held but each thread's running state (kernels/reduce.cu). Its order of choice:
 
     kernel          layout            when
-    reduce_lanes    contiguous rows   a row in a warp's lanes, at most reduce_lane_max_packs a lane;
+    reduce_lanes    contiguous rows   a row in a warp's lanes, reduce_lane_min_packs to
+                                      reduce_lane_max_packs a lane;
                                       or streamed by a warp in rounds of that, rows of at most
                                       reduce_warp_max_bytes, reduce_warp_rows_waves warps' worth
     reduce_chunks   contiguous rows   longer rows: a block a chunk, chunks merged in the workspace
@@ -51,13 +52,14 @@ class LanesPlan(Plan):
         return (layout.outer, layout.n, layout.xs[0])
 
 
-def lanes_shape(packs, tuning, most=None):
-    """(lanes, packs a lane, rows at a time) of a row of `packs` packs: a lane a pack up to a
-    warp, then whole warps of up to `most` (reduce_lane_max_packs) packs a lane (None past
+def lanes_shape(packs, tuning, most=None, least=1):
+    """(lanes, packs a lane, rows at a time) of a row of `packs` packs: `least` packs a lane up
+    to a warp, then whole warps of up to `most` (reduce_lane_max_packs) packs a lane (None past
     them); rows at a time for reduce_lane_loads loads a lane in flight."""
-    if packs > 32 * (most or tuning.reduce_lane_max_packs):
+    most = most or tuning.reduce_lane_max_packs
+    if packs > 32 * most:
         return None
-    lanes = min(32, pow2_at_least(packs))
+    lanes = min(32, pow2_at_least(math.ceil(packs / min(least, most))))
     per = pow2_at_least(math.ceil(packs / lanes))
     return lanes, per, max(1, tuning.reduce_lane_loads // per)
 
@@ -109,7 +111,7 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
     if layout.rows:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
-        shape = lanes_shape(math.ceil(n / vec), t)
+        shape = lanes_shape(math.ceil(n / vec), t, least=t.reduce_lane_min_packs)
         # resident at 64 registers a thread (HALF_RESIDENT in kernels/common.cuh)
         warps = limits.sm_count * THREADS_PER_SM // 32 // 2
         if shape is None and (rows >= t.reduce_warp_rows_waves * warps
@@ -141,7 +143,8 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
 def templates(itemsize, tuning):
     """Every (kernel, template arguments) of the family for one element size."""
     for vec in vecs(itemsize):
-        shapes = {lanes_shape(packs, tuning) for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
+        shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs)
+                  for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
         for lanes, per, at_once in sorted(shapes):
             yield "reduce_lanes", (vec, lanes, per, at_once)
         yield "reduce_chunks", (vec,)

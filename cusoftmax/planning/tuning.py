@@ -102,6 +102,7 @@ class Tuning:
     reduce_waves: int = 4  # full residencies at most; blocks loop over items [reduce-1]
     reduce_lane_loads: int = 2  # packs a lane loads at a time (and as many ahead) [reduce-1]
     reduce_lane_max_packs: int = 2  # packs a lane a round; 4 spilled bfloat16 (ptxas) [reduce-1]
+    reduce_lane_min_packs: int = 2  # packs a lane at least: rows of 32-128 float32 1.5x [reduce-3]
     reduce_warp_rows_waves: int = 2  # rows a warp each, 2 residencies at least [reduce-2]
     reduce_warp_max_bytes: int = 32 * 1024  # longer rows to blocks: 8192 float32 0.97 [reduce-2]
     reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-1]
