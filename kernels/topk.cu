@@ -257,6 +257,12 @@ template <int K> __device__ inline Key largest_share(const TopkShared<K>& sh) {
     for (int w = 1; w < TOPK_WARPS; ++w) m = max(m, share[w]);
     return m;
 }
+// A warp's new share and k-th key (own; NO_KEY for none) into sh, by one lane.
+template <int K> __device__ inline void publish(TopkShared<K>& sh, int warp, Key share, Key own) {
+    atomicMin(&sh.share[warp], share);
+    __threadfence_block();  // the share before the reads of every share
+    atomicMin(&sh.bound, min(own, largest_share(sh)));
+}
 
 // Bounds from an item's first batch, before any list holds a key. A lane's batch max bm, where
 // above -inf, is a value of the chunk's, and (bm, the last position) a key at or after that
@@ -275,11 +281,7 @@ template <int K> __device__ __noinline__ void seed_bounds(float bm, int k, TopkS
     const Key share = __shfl_sync(0xffffffffu, mine, __ffs(__ballot_sync(0xffffffffu, below == r - 1)) - 1);
     const Key own = k <= 32 ? __shfl_sync(0xffffffffu, mine, __ffs(__ballot_sync(0xffffffffu, below == k - 1)) - 1)
                             : NO_KEY;
-    if (lane == 0) {
-        atomicMin(&sh.share[warp], share);
-        __threadfence_block();  // the share before the reads of every share
-        atomicMin(&sh.bound, min(own, largest_share(sh)));
-    }
+    if (lane == 0) publish(sh, warp, share, own);
     __syncwarp();
 }
 
@@ -290,6 +292,12 @@ struct Gather {
     Key thr;
     float tv;
     int cnt, side;
+    __device__ void tighten(Key bound) {  // thr the lesser of thr and bound, tv its value
+        if (bound < thr) {
+            thr = bound;
+            tv = value_of(bound);
+        }
+    }
 };
 template <int V> struct Values { float v[V]; };
 
@@ -316,11 +324,7 @@ __device__ __noinline__ Gather offer(Gather g, Values<V> u, int c, int len, int 
             g.cnt = 0;
             const Key* list = sh.lists[g.side] + warp * K;
             g.thr = list[k - 1];
-            if (lane == 0) {
-                atomicMin(&sh.share[warp], list[(k + TOPK_WARPS - 1) / TOPK_WARPS - 1]);
-                __threadfence_block();  // the new share before the reads of every share
-                atomicMin(&sh.bound, min(g.thr, largest_share(sh)));
-            }
+            if (lane == 0) publish(sh, warp, list[(k + TOPK_WARPS - 1) / TOPK_WARPS - 1], g.thr);
             __syncwarp();
             g.thr = min(g.thr, block_bound(sh));
             g.tv = value_of(g.thr);
@@ -383,11 +387,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
 #pragma unroll
             for (int b = 0; b < BATCH; ++b)
                 next[b] = load_row_word<T, V>(xr, c0 + (BATCH + b) * STEP + base - warp * 32 * V, len, neg_inf<C>());
-            const Key seen = block_bound(sh);
-            if (seen < g.thr) {
-                g.thr = seen;
-                g.tv = value_of(seen);
-            }
+            g.tighten(block_bound(sh));
             // The batch's values (-inf past the chunk: no term, no max, no offer), pushed at
             // once (one rescale check a batch), and its max against the bound first.
             C u[BATCH * V];
@@ -405,11 +405,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
             for (int j = 1; j < BATCH * V; ++j) bm = fmax(bm, u[j]);  // NaN only if all are
             if (base == warp * 32 * V) {  // the item's first batch
                 seed_bounds<K>(bm, k, sh);
-                const Key seeded = block_bound(sh);
-                if (seeded < g.thr) {
-                    g.thr = seeded;
-                    g.tv = value_of(seeded);
-                }
+                g.tighten(block_bound(sh));
             }
             if (__any_sync(0xffffffffu, !(bm < g.tv))) {
 #pragma unroll
