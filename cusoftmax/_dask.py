@@ -361,18 +361,19 @@ def _leaves(parts):
 
 
 def _normalizing(st, *, op, axes):
-    """A merged State and, for CuPy slices along the last axis, the normalize kernel's (m, k) of
-    each (computed once, not by each chunk of the slices)."""
+    """A merged State with, for CuPy slices, each one's constant k and, along the last axis, the
+    normalize kernel's (m, k) (computed once, not by each chunk of the slices)."""
     xp = _module(st.m)
-    if xp is np or axes != (st.m.ndim - 1,):
-        return st, None
+    if xp is np:
+        return st, None, None
     k = _composed.constant(xp, op, st)
-    return st, xp.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1)
+    last = axes == (st.m.ndim - 1,)
+    return st, k, xp.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1) if last else None
 
 
 def _normalize_chunk(x, total, where, scale, *, op, axes):
     xp = _module(x)
-    st, mk = total
+    st, k, mk = total
     fs = None if scale is None else _api.fused_scale(scale, x.dtype)
     if xp is not np and where is None and (scale is None or fs is not None):
         if mk is not None:  # the normalize kernel: rows from their (m, k)
@@ -380,7 +381,7 @@ def _normalize_chunk(x, total, where, scale, *, op, axes):
             if y is not None:
                 return y
         if x.dtype == np.float32 and scale is None:
-            return _fused_normalize(op)(x, st.m.astype(x.dtype), _composed.constant(xp, op, st))
+            return _fused_normalize(op)(x, st.m.astype(x.dtype), k)
     return _composed.normalize(xp, op, x, st, axes, where=where, scale=scale)
 
 
