@@ -333,9 +333,8 @@ def _normalizer(layout, dtype_name, itemsize, align, device_id, tuning, op, load
 
 def vjp_rows(c: "Call", g, op: str):
     """dx of a backward pass (one of ``planning.VJPS``) of a prepared GPU call, `g` its dy in
-    the call's dtype, by the vjp kernels: a new C-contiguous CuPy array, or None where the vjp
-    plan leaves it to array operations (few long rows). The reduced axes are made the last and
-    contiguous first where they are not."""
+    the call's dtype, by the vjp kernels: a new C-contiguous CuPy array. The reduced axes are
+    made the last and contiguous first where they are not."""
     import cupy
 
     y = c.array.astype(c.dtype, copy=False)
@@ -357,8 +356,6 @@ def vjp_rows(c: "Call", g, op: str):
         addresses = tuple(a.data.ptr % 16 for a in (yt, gt, dxt))
         plan = planning.vjp_plan(rows, n, y.itemsize, addresses,
                                  planning.device_limits(y.device.id), tuning, op)
-        if plan is None:
-            return None
         layout = Layout(rows, n, 1, (n, 1), (n, 1))
         _kernels.bind(plan, layout, y.dtype.name, y.device.id, tuning)(yt, gt, dxt)
         return dxt if axes == last else cupy.moveaxis(dxt, last, axes)

@@ -339,12 +339,11 @@ def _vjp(y, dy, axis, where, out, log: bool, op: str):
     xp = _xp(c)
     with _on_device(c):
         if c.src.on_gpu and w is None and c.dtype.name in planning.FUSED_TYPES[op]:
-            dx = _api.vjp_rows(c, g, op)  # None: few long rows, left to array operations
-            if dx is not None:
-                if c.out is None:
-                    return c.src.wrap(dx)
-                c.out[...] = dx
-                return out
+            dx = _api.vjp_rows(c, g, op)
+            if c.out is None:
+                return c.src.wrap(dx)
+            c.out[...] = dx
+            return out
         yy = c.array.astype(c.dtype, copy=False)
         total = C.vjp_sum(xp, yy, g, c.axes, where=w, log=log)
         dx = C.vjp(xp, yy, g, total, where=w, log=log, out=c.out)

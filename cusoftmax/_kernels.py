@@ -29,6 +29,7 @@ FILES = {
     "reduce_columns": "reduce.cu",
     "vjp_lanes": "vjp.cu",
     "vjp_block": "vjp.cu",
+    "vjp_chunks": "vjp.cu",
     "topk_lanes": "topk.cu",
     "topk_block": "topk.cu",
     "normalize": "normalize.cu",

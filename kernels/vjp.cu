@@ -7,6 +7,9 @@
 //   vjp_block<T, V>              a block, rows r, r + gridDim.x    2 reads of y and dy (the
 //                                                                  second from L2 where it
 //                                                                  stays), 1 write
+//   vjp_chunks<T, V>             blocks, a chunk each, in the      2 reads of y and dy (the
+//                                two-pass schedule (common.cuh)    second from L2 where the
+//                                                                  group stays), 1 write
 //
 // Sums in the compute type within a lane's packs, then in double. Ld: the values' load (both
 // arrays); rows past the end are loaded again from the last row and never written.
@@ -20,7 +23,7 @@
 namespace csm {
 
 constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of either kernel
-constexpr int VJP_BATCH = 4;  // packs of each array a thread of vjp_block loads before any is used
+constexpr int VJP_BATCH = 4;  // packs of each array a thread of vjp_block or vjp_chunks loads before any is used
 static_assert(VJP_THREADS % 32 == 0 && VJP_THREADS <= 1024, "whole warps, one block");
 template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>;  // launch bounds
 
@@ -75,6 +78,52 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
     }
 }
 
+// A block's walk of a run of `n` elements of y and dy (a row, or a chunk of one) in batches of
+// VJP_BATCH packs a thread: this thread's sum of the terms (vjp_run_sum), or dx of every
+// element from the row's sum s (vjp_run_write).
+template <typename T, int V> struct VjpBatch {
+    word_t<T, V> y[VJP_BATCH], g[VJP_BATCH];
+    __device__ void load(const T* yr, const T* gr, long long c0, long long n) {
+        const int step = int(blockDim.x) * V;
+#pragma unroll
+        for (int b = 0; b < VJP_BATCH; ++b) {
+            y[b] = load_row_word<T, V>(yr, c0 + b * step, n, compute_t<T>(0));
+            g[b] = load_row_word<T, V>(gr, c0 + b * step, n, compute_t<T>(0));
+        }
+    }
+};
+template <class Ld, class Ep, typename T, int V>
+__device__ inline acc_t vjp_run_sum(const Ld& ld, const T* yr, const T* gr, long long n) {
+    using C = compute_t<T>;
+    acc_t sum = 0;
+    for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)blockDim.x * V) {
+        VjpBatch<T, V> w;
+        w.load(yr, gr, c0, n);
+        C part = 0, yv[V], gv[V];
+#pragma unroll
+        for (int b = 0; b < VJP_BATCH; ++b) vjp_terms<Ld, Ep, T, V>(ld, w.y[b], w.g[b], yv, gv, part);
+        sum += acc_t(part);
+    }
+    return sum;
+}
+template <class Ld, class Ep, typename T, int V>
+__device__ inline void vjp_run_write(const Ld& ld, const T* yr, const T* gr, T* xr, long long n, compute_t<T> s) {
+    using C = compute_t<T>;
+    const int step = int(blockDim.x) * V;
+    for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)step) {
+        VjpBatch<T, V> w;
+        w.load(yr, gr, c0, n);
+#pragma unroll
+        for (int b = 0; b < VJP_BATCH; ++b) {
+            C part = 0, yv[V], gv[V];
+            vjp_terms<Ld, Ep, T, V>(ld, w.y[b], w.g[b], yv, gv, part);
+#pragma unroll
+            for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s);
+            store_row_pack<T, V>(xr, c0 + b * step, n, yv);
+        }
+    }
+}
+
 // A row a block: its sum over both arrays in batches, the block's tree (one barrier), then the
 // row read again for the writes.
 template <class Ld, class Ep, typename T, int V>
@@ -82,41 +131,63 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
     vjp_block(const T* y, const T* dy, T* dx, long long rows, long long n, const Ld ld) {
     using C = compute_t<T>;
     __shared__ acc_t scratch[2][32];
-    const int step = int(blockDim.x) * V;
     int turn = 0;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x, turn ^= 1) {
-        const T *yr = y + row * n, *gr = dy + row * n;
-        T* xr = dx + row * n;
-        word_t<T, V> wy[VJP_BATCH], wg[VJP_BATCH];
-        auto load = [&](long long c0) {  // this thread's batch of both arrays from c0
-#pragma unroll
-            for (int b = 0; b < VJP_BATCH; ++b) {
-                wy[b] = load_row_word<T, V>(yr, c0 + b * step, n, C(0));
-                wg[b] = load_row_word<T, V>(gr, c0 + b * step, n, C(0));
-            }
-        };
-        acc_t sum = 0;
-        for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)step) {
-            load(c0);
-            C part = 0, yv[V], gv[V];
-#pragma unroll
-            for (int b = 0; b < VJP_BATCH; ++b) vjp_terms<Ld, Ep, T, V>(ld, wy[b], wg[b], yv, gv, part);
-            sum += acc_t(part);
-        }
+        const long long at = row * n;
         // Two scratch areas in turn: a row's reduction writes one only after every thread
         // passed the other's barrier (block_reduce_once).
+        const acc_t sum = vjp_run_sum<Ld, Ep, T, V>(ld, y + at, dy + at, n);
         const C s = C(block_reduce_once(sum, scratch[turn], SumOp()));
-        for (long long c0 = threadIdx.x * V; c0 < n; c0 += VJP_BATCH * (long long)step) {
-            load(c0);
-#pragma unroll
-            for (int b = 0; b < VJP_BATCH; ++b) {
-                C part = 0, yv[V], gv[V];
-                vjp_terms<Ld, Ep, T, V>(ld, wy[b], wg[b], yv, gv, part);
-#pragma unroll
-                for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s);
-                store_row_pack<T, V>(xr, c0 + b * step, n, yv);
+        vjp_run_write<Ld, Ep, T, V>(ld, y + at, dy + at, dx + at, n, s);
+    }
+}
+
+// Rows too few for a block each: (row, chunk) items of `chunk` elements (a multiple of V) taken
+// by ticket in the two-pass schedule (Schedule, Workspace of width 1; the head zeroed before the
+// launch). A read item adds its chunk's terms (a block tree) into its partial's first double and
+// counts the chunk; the block that counts a row's last chunk adds the row's partials in chunk
+// order (strided over the threads, then the block's tree: the same bits whichever block) into
+// the row's statistics and counts the row once more; a write item waits for that count and
+// reads its chunk again for the writes. Read items never wait, and every write item's reads
+// were handed out before it, so any grid completes.
+template <class Ld, class Ep, typename T, int V>
+__global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
+    vjp_chunks(const T* y, const T* dy, T* dx, void* work, long long rows, long long n, long long chunk,
+               long long chunks, long long per_group, const Ld ld) {
+    using C = compute_t<T>;
+    // scratch[0]: a read item's tree, scratch[1]: a row's merge; each written again only after
+    // a later barrier (chunk_done's, the next hand-over's) that every reader has passed.
+    __shared__ acc_t scratch[2][32];
+    __shared__ unsigned long long slots[2];
+    __shared__ int flag;
+    unsigned turn = 0;
+    const Schedule plan{rows, chunks, per_group, (rows + per_group - 1) / per_group};
+    const Workspace ws(work, rows, 1);
+    for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), slots, turn); t < plan.tickets();) {
+        const unsigned long long next = prefetch_ticket(ws.ticket);
+        long long row, k;
+        bool write;
+        if (plan.item(t, row, k, write)) {
+            const long long begin = k * chunk, at = row * n + begin, len = min(chunk, n - begin);
+            if (!write) {
+                const acc_t sum = vjp_run_sum<Ld, Ep, T, V>(ld, y + at, dy + at, len);
+                const acc_t part = block_reduce_once(sum, scratch[0], SumOp());
+                if (threadIdx.x == 0) __stcg(ws.part + 2 * (row * chunks + k), part);
+                if (chunk_done(ws.count + row, chunks, &flag, threadIdx.x == 0)) {
+                    acc_t total = 0;
+                    for (long long j = threadIdx.x; j < chunks; j += blockDim.x)
+                        total += __ldcg(ws.part + 2 * (row * chunks + j));
+                    total = block_reduce_once(total, scratch[1], SumOp());
+                    if (threadIdx.x == 0) __stcg(ws.stats + 2 * row, total);
+                    line_merged(ws.count + row);
+                }
+            } else {
+                wait_count(ws.count + row, unsigned(chunks + 1));
+                const C s = C(__ldcg(ws.stats + 2 * row));
+                vjp_run_write<Ld, Ep, T, V>(ld, y + at, dy + at, dx + at, len, s);
             }
         }
+        t = hand_over(next, slots, turn);
     }
 }
 

@@ -657,7 +657,8 @@ def test_reduce_plans_cover_every_row_and_axis():
 
 def test_vjp_plans_by_row_length():
     """The backward passes' own order (planning/vjp.py): a warp's lanes for rows of up to 64
-    packs, a block sized to longer rows, array operations (None) for fewer rows than 2 an SM."""
+    packs, a block sized to longer rows, chunks of vjp_chunk_bytes in the two-pass schedule for
+    fewer rows than 2 an SM."""
     def plan(rows, n, itemsize=4):
         return d.vjp_plan(rows, n, itemsize, (0, 0, 0), H200, t)
 
@@ -669,7 +670,16 @@ def test_vjp_plans_by_row_length():
     assert plan(4096, 2048).block == 128 and plan(4096, 8192).block == 256
     assert plan(4096, 2048, 2).block == 64  # bfloat16: 8 elements a pack
     assert plan(4096, 2**20).block == 256
-    assert plan(2 * H200.sm_count - 1, 2**20) is None and plan(2 * H200.sm_count, 2**20) is not None
+    assert plan(2 * H200.sm_count, 2**20).kernel == "vjp_block"
+    few = plan(64, 2**20)
+    assert few.kernel == "vjp_chunks" and few.chunk * 4 == t.vjp_chunk_bytes and few.chunks == 64
+    assert few.grid == H200.sm_count * 4 and 64 % few.per_group == 0  # resident blocks; whole groups
+    assert few.per_group * few.chunks >= t.vjp_group_waves * few.grid
+    assert few.args(Layout(64, 2**20, 1, (2**20, 1), (2**20, 1))) == (64, 2**20, 16384, 64, few.per_group)
+    assert few.workspace() == (8 + 256 + 16 * 64 * 65, 8 + 256)  # (bytes, head zeroed: tickets, counts)
+    odd = plan(3, 9001, 2)  # bfloat16, an odd row: packs of 1, the last chunk short
+    assert odd.kernel == "vjp_chunks" and odd.vec == 1 and odd.chunk == 32768 and odd.chunks == 1
+    assert plan(1, 2**31 + 5).chunks == math.ceil((2**31 + 5) / 16384)
     p = plan(4096, 3000)
     assert p.inputs == 2 and p.args(Layout(4096, 3000, 1, (3000, 1), (3000, 1))) == (4096, 3000)
 

@@ -708,7 +708,7 @@ def assert_vjp(dx, y, dy, axis, log):
 @pytest.mark.parametrize("cols", [1, 3, 32, 100, 256, 257, 1000, 4097, 30000, 300001])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_vjps_every_row_kernel(cols, dtype, log):
-    """Rows of the lanes and block kernels (and few long rows, by array operations), with `out`
+    """Rows of the lanes and block kernels (and few long rows, the chunks kernel), with `out`
     that is y itself, and an axis that is not the last (copied to rows)."""
     rng = np.random.default_rng(cols)
     rows = max(2, min(4096, 2**21 // cols))
@@ -725,6 +725,29 @@ def test_vjps_every_row_kernel(cols, dtype, log):
     assert_same_bits(inplace, dx)
     t = cupy.ascontiguousarray(y.T)
     assert_vjp(fn(t, cupy.ascontiguousarray(dy.T), axis=0), t, cupy.ascontiguousarray(dy.T), 0, log)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64], ids=str)
+@pytest.mark.parametrize("shape", [(40, 2**18 + 5), (1, 3 * 2**20), (3, 9001)])
+def test_vjp_chunks_of_few_long_rows(shape, dtype, log):
+    """vjp_chunks (fewer rows than 2 an SM): several groups of rows, a short last chunk, odd
+    rows in packs of one; the same bits on every call (the partials added in chunk order)."""
+    from cusoftmax import _api, planning
+
+    rng = np.random.default_rng(shape[1])
+    x = make_values(rng, shape, np.dtype(np.float32))
+    y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
+                     else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(dtype)
+    dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
+    c = _api.prepare(y, -1, None, None, "softmax_vjp")
+    plan = planning.vjp_plan(shape[0], shape[1], c.dtype.itemsize, (0, 0, 0),
+                             planning.device_limits(y.device.id))
+    assert plan.kernel == "vjp_chunks"
+    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    dx = fn(y, dy)
+    assert_vjp(dx, y, dy, -1, log)
+    assert_same_bits(fn(y, dy), dx)
 
 
 def test_slice_states_of_the_reduce_kernels():

@@ -114,10 +114,9 @@ def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
 
 
 def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning=None,
-             op: str = "softmax_vjp") -> Plan | None:
+             op: str = "softmax_vjp") -> Plan:
     """The plan of a backward pass (``op``, one of ``VJPS``) over `rows` contiguous rows of `n`
-    elements (the vjp family's own order, ``vjp.py``); None: the caller computes it by array
-    operations."""
+    elements (the vjp family's own order, ``vjp.py``)."""
     t = _active if tuning is None else tuning
     return _computing(op, "Plain", vjp.plan(rows, n, itemsize, addresses, limits, t))
 

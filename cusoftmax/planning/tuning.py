@@ -111,7 +111,9 @@ class Tuning:
     reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled (ptxas) [reduce-1]
     # vjp (backward passes; short rows take reduce_lane_* and reduce_waves)
     vjp_threads: int = 256  # (CUDA) threads a block [vjp-1]
-    vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: array operations [vjp-1]
+    vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: vjp_chunks [vjp-1]
+    vjp_chunk_bytes: int = 64 * 1024  # bytes of each array a chunk; 16 and 32 KiB ran slower [vjp-3]
+    vjp_group_waves: float = 0.5  # waves of items a group of rows, as online's [vjp-3]
     vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
     vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
     walk_batch: int = 4  # (CUDA) walk_run's packs in flight a thread: spill, online [kernels-1]

@@ -5,7 +5,8 @@ y and dy (kernels/vjp.cu). Its order of choice:
     vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
     vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row, of
                  about vjp_block_packs packs of each array a thread (up to vjp_threads)
-    (none)       fewer long rows: the caller computes them by array operations
+    vjp_chunks   fewer longer rows: (row, chunk) items of vjp_chunk_bytes of each array, in the
+                 two-pass schedule, groups of vjp_group_waves waves of items
 
 The three arrays are C-contiguous rows of n elements, alike (the caller copies where not).
 """
@@ -15,10 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .common import MAX_GRID, THREADS_PER_SM, Plan, vecs, vector_width
+from .common import MAX_GRID, THREADS_PER_SM, Plan, two_pass_grid, two_pass_workspace, vecs, vector_width
 from .reduce import lanes_shape
 
-KERNELS = ("vjp_lanes", "vjp_block")
+KERNELS = ("vjp_lanes", "vjp_block", "vjp_chunks")
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,24 @@ class VjpBlockPlan(Plan):
         return (layout.outer, layout.n)
 
 
-def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan | None:
-    """The plan for `rows` rows of `n` elements (y, dy, dx at `addresses`), or None."""
+@dataclass(frozen=True)
+class VjpChunksPlan(Plan):
+    method = "vjp_chunks"
+    inputs = 2
+    chunk: int  # elements a chunk, a multiple of vec
+    chunks: int  # chunks a row
+    lines: int  # rows
+    per_group: int  # rows a group of the schedule
+
+    def args(self, layout):
+        return (layout.outer, layout.n, self.chunk, self.chunks, self.per_group)
+
+    def workspace(self):
+        return two_pass_workspace(self.lines, self.chunks, 1)
+
+
+def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan:
+    """The plan for `rows` rows of `n` elements (y, dy, dx at `addresses`)."""
     t, threads = tuning, tuning.vjp_threads
     vec = vector_width(itemsize, addresses, (n,))
     resident = limits.sm_count * (THREADS_PER_SM // threads)
@@ -57,7 +74,12 @@ def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan | None:
         grid = min(MAX_GRID, resident * t.reduce_waves, math.ceil(rows * lanes / (threads * at_once)))
         return VjpLanesPlan(vec, max(1, grid), threads, 0, lanes=lanes, packs=per, at_once=at_once)
     if rows < t.vjp_min_rows_per_sm * limits.sm_count:
-        return None
+        chunk = max(vec, t.vjp_chunk_bytes // itemsize // vec * vec)
+        chunks = math.ceil(n / chunk)
+        per_sm = THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)  # HALF_RESIDENT (common.cuh)
+        grid, per_group = two_pass_grid(rows, chunks, per_sm, t.vjp_group_waves, limits)
+        return VjpChunksPlan(vec, grid, threads, 0, chunk=chunk, chunks=chunks, lines=rows,
+                             per_group=per_group)
     # A block of whole warps, at least vjp_block_packs packs of each array a thread where the
     # row has them, up to vjp_threads.
     block = min(threads, 32 * math.ceil(math.ceil(n / vec) / (32 * t.vjp_block_packs)))
@@ -72,3 +94,4 @@ def templates(itemsize, tuning):
         for lanes, per, at_once in sorted(shapes):
             yield "vjp_lanes", (vec, lanes, per, at_once)
         yield "vjp_block", (vec,)
+        yield "vjp_chunks", (vec,)
