@@ -1,7 +1,7 @@
 """``python -m cusoftmax.bench --dask``: the family over a Dask array of CuPy chunks cut along the
 reduced axis, against one cusoftmax call on the same data as one CuPy array.
 
-Each case is a (rows, n) float32 array cut into `--dask-chunks` chunks along axis 1. Times are
+Each case is a (64, n) float32 array of ``--dask-gib`` GiB cut into `--dask-chunks` chunks along axis 1. Times are
 wall clock around a call and the wait for its result (median of the repeats): for the Dask array,
 the graph's construction, its scheduling and every task (``persist`` of the result, so its chunks
 are not gathered into one array); for the CuPy array, the call and a device synchronisation.
@@ -22,7 +22,7 @@ import numpy as np
 
 from .bench import _progress, format_table
 
-ROWS, N = 64, 2**24  # 4 GiB of float32: chunks of 512 MiB at 8 chunks, 256 MiB at 16
+ROWS = 64  # rows of the array; --dask-gib 4 makes rows of 2**24: 512 MiB chunks at 8, 256 at 16
 OPS = ("softmax", "logsumexp", "log_softmax")
 
 
@@ -48,7 +48,8 @@ def main(args):
     import cusoftmax
 
     repeat = args.repeat or 10
-    x = cupy.random.default_rng(0).standard_normal((ROWS, N), dtype=cupy.float32) * 3
+    n = args.dask_gib * 2**30 // (4 * ROWS)
+    x = cupy.random.default_rng(0).standard_normal((ROWS, n), dtype=cupy.float32) * 3
     sync = lambda r: cupy.cuda.Device().synchronize()  # noqa: E731
     with contextlib.ExitStack() as stack:
         client, wait = _scheduler(stack, args.dask_cluster)

@@ -94,6 +94,8 @@ def _parse(argv):
     p.add_argument("--dask", action="store_true",
                    help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
     p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")
+    p.add_argument("--dask-gib", type=int, default=4,
+                   help="with --dask: GiB of the float32 array, 64 rows (default: %(default)s)")
     p.add_argument("--dask-cluster", action="store_true",
                    help="with --dask: on a dask_cuda.LocalCUDACluster of one worker")
     p.add_argument("--peers", default="cupyx,torch,jax,triton",
