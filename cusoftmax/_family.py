@@ -332,6 +332,10 @@ def _log_sum_out(out, c: _api.Call, shape, return_sign):
 
 
 def _vjp(y, dy, axis, where, out, log: bool, op: str):
+    if where is None and out is None:
+        dx = _api.vjp_fast(y, dy, axis, op)
+        if dx is not None:
+            return dx
     if _arrays.is_dask(y, dy, where):
         return _arrays.dask_call(op, y, dy, axis, where=where, out=out)
     c = _api.prepare(y, axis, out, None, op)
@@ -339,7 +343,7 @@ def _vjp(y, dy, axis, where, out, log: bool, op: str):
     xp = _xp(c)
     with _on_device(c):
         if c.src.on_gpu and w is None and c.dtype.name in planning.FUSED_TYPES[op]:
-            dx = _api.vjp_rows(c, g, op)
+            dx = _api.vjp_rows(c, g, op, remember=(y, dy, axis) if out is None else None)
             if c.out is None:
                 return c.src.wrap(dx)
             c.out[...] = dx

@@ -750,6 +750,35 @@ def test_vjp_chunks_of_few_long_rows(shape, dtype, log):
     assert_same_bits(fn(y, dy), dx)
 
 
+@pytest.mark.parametrize("log", [False, True])
+def test_vjp_fast_path_serves_only_calls_like_the_remembered(log):
+    """A backward pass on C-contiguous y and dy of y's dtype is remembered (_api._fast) and
+    serves later calls like it with the same bits; dy of other strides or dtype, another axis,
+    or a wrong shape take the general path (its results, its errors)."""
+    from cusoftmax import _api
+
+    rng = np.random.default_rng(5)
+    x = make_values(rng, (64, 300), np.dtype(np.float32))
+    y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
+                     else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(np.float32)
+    dy = cupy.asarray(make_values(rng, (64, 300), np.dtype(np.float32)))
+    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    op = "log_softmax_vjp" if log else "softmax_vjp"
+    first = fn(y, dy)
+    assert _api._vjp_key(y, dy, -1, op) in _api._fast
+    assert_vjp(first, y, dy, -1, log)
+    assert_same_bits(fn(y, dy), first)
+    assert_same_bits(fn(y, cupy.asfortranarray(dy)), first)  # other strides: rows copied
+    d64 = dy.astype(np.float64)
+    assert_same_bits(fn(y, d64), first)  # dy cast to y's dtype first
+    assert fn(y, d64).dtype == np.float32
+    assert_vjp(fn(y, dy, axis=0), y, dy, 0, log)
+    with pytest.raises(ValueError, match="dy has shape"):
+        fn(y, dy[:, :-1])
+    y2, dy2 = y[:32], dy[:32]  # a view of the same memory, another shape: its own entry
+    assert_same_bits(fn(y2, dy2), first[:32])
+
+
 def test_slice_states_of_the_reduce_kernels():
     """slice_state: (m, c, s) a slice, m the max, c the count at it, s the other terms' sum."""
     from cusoftmax import _api
