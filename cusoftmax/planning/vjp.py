@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .common import MAX_GRID, THREADS_PER_SM, Plan, two_pass_grid, two_pass_workspace, vecs, vector_width
+from .common import (MAX_GRID, THREADS_PER_SM, Plan, two_pass_grid, two_pass_workspace, vecs,
+                     vector_width)
 from .reduce import lanes_shape
 
 KERNELS = ("vjp_lanes", "vjp_block", "vjp_chunks")
