@@ -2,12 +2,12 @@
 reduced axis, against one cusoftmax call on the same data as one CuPy array.
 
 Each case is a (64, n) float32 array of ``--dask-gib`` GiB cut into `--dask-chunks` chunks along
-axis 1. Times are wall clock around a call and the wait for its result (median of the repeats):
-for the Dask array, the graph's construction, its scheduling and every task (``persist`` of the
-result, so its chunks are not gathered into one array); for the CuPy array, the call and a device
-synchronisation. "single/dask" is the single call's time over the Dask time (1: no cost for the chunking).
-``--dask-cluster`` runs the Dask side on a ``dask_cuda.LocalCUDACluster`` of one worker, its
-chunks made on the worker. "state B" is what a chunk sends to the tree's combine: one state (m
+axis 1. Times are wall clock around a call and the wait for its result (median of the repeats): for
+the Dask array, the graph's construction, its scheduling and every task (``persist`` of the result,
+so its chunks are not gathered into one array); for the CuPy array, the call and a device
+synchronisation. "single/dask" is the single call's time over the Dask time (1: no cost for the
+chunking). ``--dask-cluster`` runs the Dask side on a ``dask_cuda.LocalCUDACluster`` of one worker,
+its chunks made on the worker. "state B" is what a chunk sends to the tree's combine: one state (m
 float32, c and s float64) a row.
 """
 
