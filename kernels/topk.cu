@@ -346,14 +346,11 @@ struct TopkWork {
     }
 };
 
-// Rows of n elements cut in chunks of `chunk` (a multiple of V): blocks take (row, chunk) items
-// t, t + gridDim.x, ... A thread's packs at warp bases (warp * 32 + lane) * V + i * TOPK_THREADS
-// * V, so a warp's lanes walk the same steps. Each batch's max first meets the value tv of the
-// warp's bound (a float compare, one vote a batch), then each pack's; where any lane's passes,
-// its elements take the exact key test (offer), and passing keys join the warp's candidates. A
-// row of one chunk is written by its block; else every block publishes its list and (m, d), and
-// the block that counts a row's last chunk merges the row's (TOPK_WARPS - 1 lists at a time; the
-// states in chunk order).
+// Rows in chunks of `chunk` (a multiple of V), blocks taking (row, chunk) items t, t + gridDim.x.
+// Each batch's max meets the value tv of the warp's bound (one vote a batch), then each pack's;
+// where a lane's passes, its elements take the exact key test (offer). A row of one chunk is
+// written by its block; else each block publishes its list and (m, d), and the block counting a
+// row's last chunk merges the row (TOPK_WARPS - 1 lists at a time; the states in chunk order).
 template <class Ld, class Ep, typename T, int V, int K>
 __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
     topk_block(const T* x, T* vals, long long* idx, void* work, long long rows, int n, long long ldx,
@@ -379,7 +376,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS)
         __syncthreads();
         Gather g{NO_KEY, key_value(~0u), 0, 0};  // tv NaN: every value passes
         MD<C> st = MD<C>::identity();
-        const int c0 = (warp * 32 + lane) * V;
+        const int c0 = (warp * 32 + lane) * V;  // then steps of TOPK_THREADS * V: a warp's lanes alike
         word_t<T, V> w[BATCH], next[BATCH];
 #pragma unroll
         for (int b = 0; b < BATCH; ++b) w[b] = load_row_word<T, V>(xr, c0 + b * STEP, len, neg_inf<C>());

@@ -1,18 +1,8 @@
 // Backward passes of softmax and log_softmax: dx from y and dy, rows of n contiguous elements
-// (row r of each array at r * n), by the row's sum s of Ep::term(y, dy) (kernels/ops.cuh).
-//
-//   kernel (after Ld, Ep)        a row by                          passes over memory
-//   vjp_lanes<T, V, W, P, R>     W lanes of a warp, P packs of y   1 read of y and dy, 1 write
-//                                and dy a lane, R rows a group
-//   vjp_block<T, V>              a block, rows r, r + gridDim.x    2 reads of y and dy (the
-//                                                                  second from L2 where it
-//                                                                  stays), 1 write
-//   vjp_chunks<T, V>             blocks, a chunk each, in the      2 reads of y and dy (the
-//                                two-pass schedule (common.cuh)    second from L2 where the
-//                                                                  group stays), 1 write
-//
-// Sums in the compute type within a lane's packs, then in double. Ld: the values' load (both
-// arrays); rows past the end are loaded again from the last row and never written.
+// (row r at r * n), by the row's sum s of Ep::term(y, dy) (ops.cuh), summed in the compute type
+// within a lane's packs, then in double. vjp_lanes: a row in a warp's lanes, 1 read of y and dy;
+// vjp_block (a block a row) and vjp_chunks (few rows, in chunks): 2 reads (docs/design.md). Ld
+// loads both arrays; rows past the end are loaded again from the last row and never written.
 #include "common.cuh"
 #include "ops.cuh"
 
@@ -22,8 +12,8 @@
 
 namespace csm {
 
-constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of either kernel
-constexpr int VJP_BATCH = 4;  // packs of each array a thread of vjp_block or vjp_chunks loads before any is used
+constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of every kernel
+constexpr int VJP_BATCH = 4;  // packs of each array a thread loads before any is used (block walks)
 static_assert(VJP_THREADS % 32 == 0 && VJP_THREADS <= 1024, "whole warps, one block");
 template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>;  // launch bounds
 
@@ -142,14 +132,11 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
     }
 }
 
-// Rows too few for a block each: (row, chunk) items of `chunk` elements (a multiple of V) taken
-// by ticket in the two-pass schedule (Schedule, Workspace of width 1; the head zeroed before the
-// launch). A read item adds its chunk's terms (a block tree) into its partial's first double and
-// counts the chunk; the block that counts a row's last chunk adds the row's partials in chunk
-// order (strided over the threads, then the block's tree: the same bits whichever block) into
-// the row's statistics and counts the row once more; a write item waits for that count and
-// reads its chunk again for the writes. Read items never wait, and every write item's reads
-// were handed out before it, so any grid completes.
+// Few long rows: (row, chunk) items of `chunk` elements (a multiple of V) by ticket in the
+// two-pass schedule (Schedule; Workspace of width 1, its head zeroed before the launch). A read
+// item adds its chunk's terms into its partial and counts it; the block that counts a row's last
+// chunk adds the partials in chunk order (the same bits whichever block) into the row's sum; a
+// write item waits for it and reads its chunk again. Read items never wait: any grid completes.
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
     vjp_chunks(const T* y, const T* dy, T* dx, void* work, long long rows, long long n, long long chunk,
