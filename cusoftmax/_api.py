@@ -361,12 +361,10 @@ def vjp_rows(c: "Call", g, op: str, remember=None):
         layout = Layout(rows, n, 1, (n, 1), (n, 1))
         run = _kernels.bind(plan, layout, y.dtype.name, y.device.id, tuning)
         run(yt, gt, dxt)
-        if remember is not None and len(_fast) < 4096:
+        if remember is not None:
             y0, dy0, axis = remember
-            global _fast_type, _device
-            _fast_type, _device = cupy.ndarray, cupy.cuda.runtime.getDevice
-            if _as_given(y0, yt) and _as_given(dy0, gt) and y.device.id == _device():
-                _fast[_vjp_key(y0, dy0, axis, op)] = (tuning, run)
+            if _as_given(y0, yt) and _as_given(dy0, gt):
+                _remember(y0, axis, run, op, dy=dy0)
         return dxt if axes == last else cupy.moveaxis(dxt, last, axes)
 
 
@@ -468,21 +466,24 @@ def _fast_key(x, axis, op="softmax"):
     return (x.shape, x.strides, x.dtype, axis, kind, mem.ptr & 15, mem.device_id, _device(), op)
 
 
-def _remember(x, axis, run, op) -> None:
+def _remember(x, axis, run, op, dy=None) -> None:
     """Keep ``run`` for later calls like this one (a C-contiguous input on the current device
-    gives a C-contiguous result, as cupy.empty makes it)."""
+    gives a C-contiguous result, as cupy.empty makes it); a backward pass's keyed with its `dy`
+    too (_vjp_key)."""
     global _fast_type, _device
     import cupy
 
     _fast_type, _device = cupy.ndarray, cupy.cuda.runtime.getDevice
     if len(_fast) < 4096 and x.flags.c_contiguous and x.device.id == _device():
-        _fast[_fast_key(x, axis, op)] = (planning.active(), run)
+        key = _fast_key(x, axis, op) if dy is None else _vjp_key(x, dy, axis, op)
+        _fast[key] = (planning.active(), run)
 
 
-def remembered(x, axis, op):
-    """The run remembered for a call like this one (x a cupy.ndarray), or None."""
+def remembered(x, axis, op, dy=None):
+    """The run remembered for a call like this one (x, and a backward pass's dy, cupy.ndarrays),
+    or None."""
     try:
-        hit = _fast.get(_fast_key(x, axis, op))
+        hit = _fast.get(_fast_key(x, axis, op) if dy is None else _vjp_key(x, dy, axis, op))
     except TypeError:  # an unhashable axis (a list): the general path says what is wrong
         return None
     if hit is None or hit[0] is not planning.active():  # else planned again under this one
@@ -519,14 +520,11 @@ def vjp_fast(y, dy, axis, op):
     None (the caller passes no `where` and no `out`)."""
     if type(y) is not _fast_type or type(dy) is not _fast_type:
         return None
-    try:
-        hit = _fast.get(_vjp_key(y, dy, axis, op))
-    except TypeError:  # an unhashable axis: the general path says what is wrong
-        return None
-    if hit is None or hit[0] is not planning.active():
+    run = remembered(y, axis, op, dy)
+    if run is None:
         return None
     dx = _fast_type(y.shape, y.dtype)
-    hit[1](y, dy, dx)
+    run(y, dy, dx)
     return dx
 
 

@@ -733,15 +733,14 @@ def test_vjps_every_row_kernel(cols, dtype, log):
 def test_vjp_chunks_of_few_long_rows(shape, dtype, log):
     """vjp_chunks (fewer rows than 2 an SM): several groups of rows, a short last chunk, odd
     rows in packs of one; the same bits on every call (the partials added in chunk order)."""
-    from cusoftmax import _api, planning
+    from cusoftmax import planning
 
     rng = np.random.default_rng(shape[1])
     x = make_values(rng, shape, np.dtype(np.float32))
     y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
                      else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(dtype)
     dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
-    c = _api.prepare(y, -1, None, None, "softmax_vjp")
-    plan = planning.vjp_plan(shape[0], shape[1], c.dtype.itemsize, (0, 0, 0),
+    plan = planning.vjp_plan(shape[0], shape[1], y.dtype.itemsize, (0, 0, 0),
                              planning.device_limits(y.device.id))
     assert plan.kernel == "vjp_chunks"
     fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
