@@ -332,11 +332,13 @@ def _normalizer(layout, dtype_name, itemsize, align, device_id, tuning, op, load
     return _kernels.bind(plan, layout, dtype_name, device_id, tuning)
 
 
-def vjp_rows(c: "Call", g, op: str, remember=None):
+def vjp_gpu(c: "Call", g, op: str, remember=None):
     """dx of a backward pass (one of ``planning.VJPS``) of a prepared GPU call, `g` its dy in
-    the call's dtype, by the vjp kernels: a new C-contiguous CuPy array. The reduced axes are
-    made the last and contiguous first where they are not. ``remember``: (y, dy, axis) as the
-    caller gave them, for vjp_fast's table where the launch took them as they are."""
+    the call's dtype, by the vjp kernels: a new CuPy array. The kernels take y, dy and dx alike:
+    the reduced axes as contiguous rows where moving them last gives that without a copy, else
+    the arrays (C-contiguous copies where they are not alike and dense) over a strided axis
+    (vjp_columns), else rows copied. ``remember``: (y, dy, axis) as the caller gave them, for
+    vjp_fast's table where the launch took them as they are."""
     import cupy
 
     y = c.array.astype(c.dtype, copy=False)
@@ -347,25 +349,39 @@ def vjp_rows(c: "Call", g, op: str, remember=None):
     with y.device:
         if rows == 0:
             return cupy.empty(y.shape, dtype=c.dtype)
+        tuning, limits = planning.active(), planning.device_limits(y.device.id)
 
-        def rows_of(a):
-            a = a if axes == last else cupy.moveaxis(a, axes, last)
-            return cupy.ascontiguousarray(a)
+        def planned(a, b, layout):
+            dx = cupy.empty_like(a)  # a's strides where a is dense (order K)
+            if layout is None or dx.strides != a.strides:
+                return None, None
+            addresses = tuple(v.data.ptr % 16 for v in (a, b, dx))
+            return planning.vjp_plan(layout, y.itemsize, addresses, limits, tuning, op), dx
 
-        yt, gt = rows_of(y), rows_of(g)
-        dxt = cupy.empty_like(yt)
-        tuning = planning.active()
-        addresses = tuple(a.data.ptr % 16 for a in (yt, gt, dxt))
-        plan = planning.vjp_plan(rows, n, y.itemsize, addresses,
-                                 planning.device_limits(y.device.id), tuning, op)
-        layout = Layout(rows, n, 1, (n, 1), (n, 1))
+        as_rows = Layout(rows, n, 1, (n, 1), (n, 1))
+        moved = axes != last
+        yt, gt = (cupy.moveaxis(y, axes, last), cupy.moveaxis(g, axes, last)) if moved else (y, g)
+        if yt.flags.c_contiguous and gt.flags.c_contiguous:
+            layout = as_rows
+        else:
+            yt, gt, moved = y, g, False
+            if y.strides != g.strides:
+                yt, gt = cupy.ascontiguousarray(y), cupy.ascontiguousarray(g)
+            strides = _elem_strides(yt)
+            layout = collapse(y.shape, strides, strides, axes)
+        plan, dxt = planned(yt, gt, layout)
+        if plan is None:  # no kernel of the strided axis: rows copied
+            yt = cupy.ascontiguousarray(cupy.moveaxis(y, axes, last))
+            gt = cupy.ascontiguousarray(cupy.moveaxis(g, axes, last))
+            layout, moved = as_rows, axes != last
+            plan, dxt = planned(yt, gt, layout)
         run = _kernels.bind(plan, layout, y.dtype.name, y.device.id, tuning)
         run(yt, gt, dxt)
         if remember is not None:
             y0, dy0, axis = remember
             if _as_given(y0, yt) and _as_given(dy0, gt):
                 _remember(y0, axis, run, op, dy=dy0)
-        return dxt if axes == last else cupy.moveaxis(dxt, last, axes)
+        return cupy.moveaxis(dxt, last, axes) if moved else dxt
 
 
 def _as_given(given, used) -> bool:
@@ -516,7 +532,7 @@ def _vjp_key(y, dy, axis, op):
 
 
 def vjp_fast(y, dy, axis, op):
-    """dx of backward pass `op` by a call remembered from an earlier one like it (vjp_rows), or
+    """dx of backward pass `op` by a call remembered from an earlier one like it (vjp_gpu), or
     None (the caller passes no `where` and no `out`)."""
     if type(y) is not _fast_type or type(dy) is not _fast_type:
         return None

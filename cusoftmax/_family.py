@@ -343,7 +343,7 @@ def _vjp(y, dy, axis, where, out, log: bool, op: str):
     xp = _xp(c)
     with _on_device(c):
         if c.src.on_gpu and w is None and c.dtype.name in planning.FUSED_TYPES[op]:
-            dx = _api.vjp_rows(c, g, op, remember=(y, dy, axis) if out is None else None)
+            dx = _api.vjp_gpu(c, g, op, remember=(y, dy, axis) if out is None else None)
             if c.out is None:
                 return c.src.wrap(dx)
             c.out[...] = dx

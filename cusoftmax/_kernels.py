@@ -30,6 +30,7 @@ FILES = {
     "vjp_lanes": "vjp.cu",
     "vjp_block": "vjp.cu",
     "vjp_chunks": "vjp.cu",
+    "vjp_columns": "vjp.cu",
     "topk_lanes": "topk.cu",
     "topk_block": "topk.cu",
     "normalize": "normalize.cu",

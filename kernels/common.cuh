@@ -722,6 +722,35 @@ struct Workspace {
     }
 };
 
+// A strided axis in strips (the columns kernels): a line is a strip of `width` packs (width * V
+// columns) of one o; thread (pack, lane) of a block owns pack `pack` at steps lane, lane + lanes,
+// ... of an item's chunk; `left` elements of its pack are inside the inner axis (<= 0: none).
+struct StripLane {
+    int pack, lane, lanes;
+    long long strip, o, col, left;
+    __device__ StripLane(long long line, long long strips, long long inner, int width, int V) {
+        pack = threadIdx.x % width;
+        lane = threadIdx.x / width;
+        lanes = blockDim.x / width;
+        o = line / strips;
+        strip = line % strips;
+        col = (strip * width + pack) * V;
+        left = inner - col;
+    }
+};
+
+// This thread's packs at steps k, k + S, ... (B of them, as bits) from xo, its pack at step 0;
+// steps past k1 (its chunk's end) and elements past `left` load `fill`.
+template <typename T, int V, int B, typename C>
+__device__ inline void load_steps(const T* xo, long long k, long long S, long long k1, long long xsn,
+                                  long long left, C fill, Pack<T, V> (&p)[B]) {
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+        const long long kb = k + b * S;
+        p[b] = load_row_bits<T, V>(xo + (kb < k1 ? kb : 0) * xsn, 0, kb < k1 ? left : 0, fill);
+    }
+}
+
 // Tickets: thread 0 fetches the block's next ticket while the block works on the current item
 // (prefetch_ticket, whose result is used only at the hand-over), then hands it (with anything
 // else thread 0 has to tell) to every thread through one of two slots in turn (`turn` counts the

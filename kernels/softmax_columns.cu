@@ -34,34 +34,6 @@ namespace csm {
 
 constexpr int COLUMN_BATCH = 4;  // steps each thread loads before using any
 
-// This thread's packs at steps k, k + S, ... (B of them, as bits; steps past k1,
-// the end of its chunk, load -inf); `left` elements of the pack are inside the inner axis.
-template <typename T, int V, int B>
-__device__ inline void load_steps(const T* xo, long long k, long long S, long long k1, long long xsn,
-                                  long long left, Pack<T, V> (&p)[B]) {
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-        const long long kb = k + b * S;
-        p[b] = load_row_bits<T, V>(xo + (kb < k1 ? kb : 0) * xsn, 0, kb < k1 ? left : 0, neg_inf<compute_t<T>>());
-    }
-}
-
-// Where a thread works: its pack of the strip, its step lane, its first column and the elements
-// of its pack inside the inner axis.
-struct StripLane {
-    int pack, lane, lanes;
-    long long strip, o, col, left;
-    __device__ StripLane(long long line, long long strips, long long inner, int width, int V) {
-        pack = threadIdx.x % width;
-        lane = threadIdx.x / width;
-        lanes = blockDim.x / width;
-        o = line / strips;
-        strip = line % strips;
-        col = (strip * width + pack) * V;
-        left = inner - col;
-    }
-};
-
 // Each of this thread's V columns' (m, d) over its steps k0 + lane, k0 + lane + lanes, ... < k1,
 // from xo (the thread's first column at step 0), in batches of B steps; S: the state (MD<C>, or
 // any type with its identity() and push_pack<Ep>).
@@ -73,7 +45,7 @@ __device__ inline void column_states(const Ld& ld, const T* xo, const StripLane&
     for (int j = 0; j < V; ++j) s[j] = S::identity();
     for (long long k = k0 + at.lane; k < k1; k += B * at.lanes) {
         Pack<T, V> p[B];
-        load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
+        load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, neg_inf<compute_t<T>>(), p);
         C w[V][B];  // column j at the batch's steps
         pack_columns<Ld>(ld, p, w);
 #pragma unroll
@@ -87,7 +59,7 @@ __device__ inline void column_writes(const Ld& ld, const T* xo, T* yo, const Str
                                      long long xsn, long long ysn, const C (&m)[V], const C (&consts)[V]) {
     for (long long k = k0 + at.lane; k < k1; k += B * at.lanes) {
         Pack<T, V> p[B];
-        load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, p);
+        load_steps<T, V>(xo, k, at.lanes, k1, xsn, at.left, neg_inf<compute_t<T>>(), p);
 #pragma unroll
         for (int b = 0; b < B; ++b) {
             const long long kb = k + b * at.lanes;

@@ -1,13 +1,13 @@
-// Backward passes of softmax and log_softmax: dx from y and dy, rows of n contiguous elements
-// (row r at r * n), by the row's sum s of Ep::term(y, dy) (ops.cuh), summed in the compute type
-// within a lane's packs, then in double. vjp_lanes: a row in a warp's lanes, 1 read of y and dy;
-// vjp_block (a block a row) and vjp_chunks (few rows, in chunks): 2 reads (docs/design.md). Ld
-// loads both arrays; rows past the end are loaded again from the last row and never written.
+// Backward passes of softmax and log_softmax: dx from y and dy by each slice's sum s of
+// Ep::term(y, dy) (ops.cuh), summed in the compute type within a thread's packs, then in double.
+// Rows of n contiguous elements: vjp_lanes (a row in a warp's lanes, 1 read of y and dy),
+// vjp_block (a block a row) and vjp_chunks (few rows, in chunks), 2 reads; a strided axis:
+// vjp_columns, 2 reads (docs/design.md). Ld loads both arrays.
 #include "common.cuh"
 #include "ops.cuh"
 
-#if !defined(CSM_VJP_THREADS)
-#error "vjp.cu needs -DCSM_VJP_THREADS from the loader"
+#if !defined(CSM_VJP_THREADS) || !defined(CSM_VJP_COLUMNS_BLOCKS_PER_SM)
+#error "vjp.cu needs -DCSM_VJP_THREADS and -DCSM_VJP_COLUMNS_BLOCKS_PER_SM from the loader"
 #endif
 
 namespace csm {
@@ -16,6 +16,7 @@ constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of every kernel
 constexpr int VJP_BATCH = 4;  // packs of each array a thread loads before any is used (block walks)
 static_assert(VJP_THREADS % 32 == 0 && VJP_THREADS <= 1024, "whole warps, one block");
 template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>;  // launch bounds
+constexpr int VJP_COLUMNS_BLOCKS = CSM_VJP_COLUMNS_BLOCKS_PER_SM;  // vjp_columns' launch bounds
 
 // A pack's two inputs as Ld loads them, and the row's terms of them added to `part`.
 template <class Ld, class Ep, typename T, int V, typename C>
@@ -172,6 +173,127 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
                 wait_count(ws.count + row, unsigned(chunks + 1));
                 const C s = C(__ldcg(ws.stats + 2 * row));
                 vjp_run_write<Ld, Ep, T, V>(ld, y + at, dy + at, dx + at, len, s);
+            }
+        }
+        t = hand_over(next, slots, turn);
+    }
+}
+
+// Each of this thread's V columns' sum of terms over its steps k0 + lane, + lanes, ... < k1 of
+// y and dy (yo, go: its pack at step 0), VJP_BATCH steps at once; past the ends y = dy = 0.
+template <class Ld, class Ep, typename T, int V>
+__device__ inline void vjp_column_sums(const Ld& ld, const T* yo, const T* go, const StripLane& at, long long k0,
+                                       long long k1, long long sn, acc_t (&s)[V]) {
+    using C = compute_t<T>;
+#pragma unroll
+    for (int j = 0; j < V; ++j) s[j] = 0;
+    for (long long k = k0 + at.lane; k < k1; k += VJP_BATCH * at.lanes) {
+        Pack<T, V> py[VJP_BATCH], pg[VJP_BATCH];
+        load_steps<T, V>(yo, k, at.lanes, k1, sn, at.left, C(0), py);
+        load_steps<T, V>(go, k, at.lanes, k1, sn, at.left, C(0), pg);
+        C part[V] = {};
+#pragma unroll
+        for (int b = 0; b < VJP_BATCH; ++b) {
+            C yv[V], gv[V];
+            unpack(py[b], yv);
+            unpack(pg[b], gv);
+            ld.load(yv);
+            ld.load(gv);
+#pragma unroll
+            for (int j = 0; j < V; ++j) part[j] += Ep::term(yv[j], gv[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) s[j] += acc_t(part[j]);
+    }
+}
+
+// The same steps read again and dx written (xo: this thread's pack of dx at step 0).
+template <class Ld, class Ep, typename T, int V, typename C>
+__device__ inline void vjp_column_writes(const Ld& ld, const T* yo, const T* go, T* xo, const StripLane& at,
+                                         long long k0, long long k1, long long sn, const C (&s)[V]) {
+    for (long long k = k0 + at.lane; k < k1; k += VJP_BATCH * at.lanes) {
+        Pack<T, V> py[VJP_BATCH], pg[VJP_BATCH];
+        load_steps<T, V>(yo, k, at.lanes, k1, sn, at.left, C(0), py);
+        load_steps<T, V>(go, k, at.lanes, k1, sn, at.left, C(0), pg);
+#pragma unroll
+        for (int b = 0; b < VJP_BATCH; ++b) {
+            const long long kb = k + b * at.lanes;
+            if (kb >= k1) break;
+            C yv[V], gv[V];
+            unpack(py[b], yv);
+            unpack(pg[b], gv);
+            ld.load(yv);
+            ld.load(gv);
+#pragma unroll
+            for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s[j]);
+            store_row_pack<T, V>(xo + kb * sn, 0, at.left, yv);
+        }
+    }
+}
+
+// Each of this thread's V sums added over the step lanes of its pack in lane order (the same
+// bits whichever block); lane 0 stores column j's at dst + 2 * j.
+template <int V>
+__device__ inline void vjp_lanes_sum(acc_t (&s)[V], acc_t* red, const StripLane& at, int width, double* dst) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        red[threadIdx.x] = s[j];
+        __syncthreads();
+        if (at.lane == 0) {
+            for (int l = 1; l < at.lanes; ++l) s[j] += red[l * width + at.pack];
+            __stcg(dst + 2 * j, s[j]);
+        }
+        __syncthreads();
+    }
+}
+
+// A strided axis: the three arrays alike, element (o, k, i) at o * so + k * sn + i, summed over
+// k. Lines (StripLane's strips) in chunks of `chunk` steps by ticket in the two-pass schedule:
+// a read item's column sums over the step lanes are its partials; the block that counts a
+// strip's last chunk adds them, each lane chunks lane, lane + lanes, ...; a write item reads
+// again.
+template <class Ld, class Ep, typename T, int V>
+__global__ void __launch_bounds__(VJP_THREADS, VJP_COLUMNS_BLOCKS)
+    vjp_columns(const T* y, const T* dy, T* dx, void* work, long long outer, long long n, long long inner,
+                long long so, long long sn, long long chunk, long long chunks, long long per_group, int width,
+                const Ld ld) {
+    using C = compute_t<T>;
+    __shared__ acc_t red[VJP_THREADS];
+    __shared__ unsigned long long slots[2];
+    __shared__ int flag;
+    unsigned turn = 0;
+    const int cols = width * V;
+    const long long strips = (inner + cols - 1) / cols, lines = outer * strips;
+    const Schedule plan{lines, chunks, per_group, (lines + per_group - 1) / per_group};
+    const Workspace ws(work, lines, cols);
+    for (unsigned long long t = hand_over(prefetch_ticket(ws.ticket), slots, turn); t < plan.tickets();) {
+        const unsigned long long next = prefetch_ticket(ws.ticket);
+        long long line, c;
+        bool write;
+        if (plan.item(t, line, c, write)) {
+            const StripLane at(line, strips, inner, width, V);
+            const long long k0 = c * chunk, k1 = min(n, k0 + chunk), first = at.o * so + at.col;
+            double* stats = ws.stats + 2 * (line * cols + at.pack * V);
+            if (!write) {
+                acc_t s[V];
+                vjp_column_sums<Ld, Ep, T, V>(ld, y + first, dy + first, at, k0, k1, sn, s);
+                vjp_lanes_sum(s, red, at, width, ws.part + 2 * ((line * chunks + c) * cols + at.pack * V));
+                if (chunk_done(ws.count + line, chunks, &flag, at.lane == 0)) {  // the strip's sums
+#pragma unroll
+                    for (int j = 0; j < V; ++j) s[j] = 0;
+                    for (long long k = at.lane; k < chunks; k += at.lanes)
+#pragma unroll
+                        for (int j = 0; j < V; ++j)
+                            s[j] += __ldcg(ws.part + 2 * ((line * chunks + k) * cols + at.pack * V + j));
+                    vjp_lanes_sum(s, red, at, width, stats);
+                    line_merged(ws.count + line);
+                }
+            } else {
+                wait_count(ws.count + line, unsigned(chunks + 1));
+                C s[V];
+#pragma unroll
+                for (int j = 0; j < V; ++j) s[j] = C(__ldcg(stats + 2 * j));
+                vjp_column_writes<Ld, Ep, T, V>(ld, y + first, dy + first, dx + first, at, k0, k1, sn, s);
             }
         }
         t = hand_over(next, slots, turn);

@@ -27,7 +27,8 @@ def test_defines_are_the_tuning_values():
         "CSM_ONLINE_HOLDS_4": "1", "CSM_ONLINE_HOLDS_8": "0", "CSM_COLUMNS_THREADS": "256",
         "CSM_COLUMNS_BLOCKS_PER_SM": "3", "CSM_SLAB_MAX_COLS": "64", "CSM_SLAB_MAX_THREADS": "256",
         "CSM_SLAB_SCRATCH": "528", "CSM_REDUCE_THREADS": "256",
-        "CSM_VJP_THREADS": "256", "CSM_NORMALIZE_THREADS": "256", "CSM_WALK_BATCH": "4",
+        "CSM_VJP_THREADS": "256", "CSM_VJP_COLUMNS_BLOCKS_PER_SM": "2",
+        "CSM_NORMALIZE_THREADS": "256", "CSM_WALK_BATCH": "4",
         "CSM_TOPK_THREADS": "256", "CSM_TOPK_BLOCKS": "3", "CSM_TOPK_BATCH": "16",
     }
     assert _kernels.options(TUNING) == ("-std=c++17", *cuda_defines(TUNING))

@@ -9,7 +9,8 @@ from cusoftmax import planning as d
 from cusoftmax._layout import Layout
 from cusoftmax.planning import TUNING as t
 from cusoftmax.planning import cluster, grid, slab
-from cusoftmax.planning.common import BLOCK_RESERVED, MAX_BLOCKS_PER_SM, MAX_GRID, group_size, threads_for
+from cusoftmax.planning.common import (BLOCK_RESERVED, MAX_BLOCKS_PER_SM, MAX_GRID, group_size, threads_for,
+                                      two_pass_workspace)
 from cusoftmax.planning.online import ONLINE_STATIC_BYTES
 from _support import block_max_cols, cluster_held_cols, cluster_policy_cols
 
@@ -655,16 +656,21 @@ def test_reduce_plans_cover_every_row_and_axis():
     assert d.reduce_plan(None, 4, 0, H200, t) is None
 
 
+def rows_layout(rows, n):
+    return Layout(rows, n, 1, (n, 1), (n, 1))
+
+
 def test_vjp_plans_by_row_length():
     """The backward passes' own order (planning/vjp.py): a warp's lanes for rows of up to 64
     packs, a block sized to longer rows, chunks of vjp_chunk_bytes in the two-pass schedule for
     fewer rows than 2 an SM."""
     def plan(rows, n, itemsize=4):
-        return d.vjp_plan(rows, n, itemsize, (0, 0, 0), H200, t)
+        return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, t)
 
     assert plan(4096, 32).kernel == "vjp_lanes" and plan(4096, 32).template == (4, 8, 1, 2)
     assert plan(4096, 32).ops == ("Plain", "SoftmaxVjp")
-    assert d.vjp_plan(4096, 32, 4, (0, 0, 0), H200, t, "log_softmax_vjp").ops == ("Plain", "LogSoftmaxVjp")
+    log = d.vjp_plan(rows_layout(4096, 32), 4, (0, 0, 0), H200, t, "log_softmax_vjp")
+    assert log.ops == ("Plain", "LogSoftmaxVjp")
     assert plan(4096, 256).template == (4, 32, 2, 1)
     assert plan(4096, 512).kernel == "vjp_block" and plan(4096, 512).block == 32
     assert plan(4096, 2048).block == 128 and plan(4096, 8192).block == 256
@@ -682,6 +688,30 @@ def test_vjp_plans_by_row_length():
     assert plan(1, 2**31 + 5).chunks == math.ceil((2**31 + 5) / 16384)
     p = plan(4096, 3000)
     assert p.inputs == 2 and p.args(Layout(4096, 3000, 1, (3000, 1), (3000, 1))) == (4096, 3000)
+
+
+def test_vjp_plans_of_a_strided_axis():
+    """vjp_columns: strips of columns_strip_cols columns (fewer where the inner run is shorter),
+    chunks of vjp_chunk_bytes of each array a strip, groups of vjp_group_waves waves of items;
+    an inner run shorter than columns_min_inner, or strides no view takes: None (rows copied)."""
+    def plan(outer, n, inner, itemsize=4, addresses=(0, 0, 0)):
+        layout = Layout(outer, n, inner, (n * inner, inner), (n * inner, inner))
+        return d.vjp_plan(layout, itemsize, addresses, H200, t)
+
+    p = plan(1, 4096, 16384)
+    assert p.kernel == "vjp_columns" and p.template == (4,) and p.width == 64
+    assert p.chunk * 64 * 4 * 4 == t.vjp_chunk_bytes and p.chunks == math.ceil(4096 / p.chunk)
+    assert p.lines == 16384 // 256 and p.grid == H200.sm_count * t.vjp_columns_blocks_per_sm
+    assert p.per_group * p.chunks >= t.vjp_group_waves * p.grid and p.lines % p.per_group == 0
+    layout = Layout(1, 4096, 16384, (4096 * 16384, 16384), (4096 * 16384, 16384))
+    assert p.args(layout) == (1, 4096, 16384, 4096 * 16384, 16384, p.chunk, p.chunks, p.per_group, 64)
+    assert p.workspace() == two_pass_workspace(64, p.chunks, 256)
+    bf = plan(3, 1000, 40, 2)  # bfloat16, 40 columns: 8 a pack, a strip of 8 packs, one short
+    assert bf.vec == 8 and bf.width == 8 and bf.lines == 3 and bf.chunk == t.vjp_chunk_bytes // 128
+    odd = plan(2, 7, 33, 8, (8, 0, 0))  # float64 off a 16-byte boundary: packs of 1
+    assert odd.vec == 1 and odd.width == 64 and odd.chunks == 1
+    assert plan(8, 100, 31) is None  # a short inner run: rows copied
+    assert plan(1, 10, 64, 4, (0, 0, 0)).ops == ("Plain", "SoftmaxVjp")
 
 
 def test_normalize_plans_cut_rows_into_pieces():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import planning
+from cusoftmax._layout import Layout
 from cusoftmax._accuracy import LOG_TOLERANCE, VJP_TOLERANCE, violations, vjp_reference
 from cusoftmax._layout import Layout, normalize_axes
 from cusoftmax.planning import TUNING, grid
@@ -740,13 +741,41 @@ def test_vjp_chunks_of_few_long_rows(shape, dtype, log):
     y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
                      else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(dtype)
     dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
-    plan = planning.vjp_plan(shape[0], shape[1], y.dtype.itemsize, (0, 0, 0),
-                             planning.device_limits(y.device.id))
+    layout = Layout(*shape, 1, (shape[1], 1), (shape[1], 1))
+    plan = planning.vjp_plan(layout, y.dtype.itemsize, (0, 0, 0), planning.device_limits(y.device.id))
     assert plan.kernel == "vjp_chunks"
     fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
     dx = fn(y, dy)
     assert_vjp(dx, y, dy, -1, log)
     assert_same_bits(fn(y, dy), dx)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64], ids=str)
+@pytest.mark.parametrize("shape,axis", [((4096, 300), 0), ((3, 5000, 40), 1), ((2, 7, 33), 1),
+                                        ((20000, 64), 0), ((6, 50, 8, 40), (1, 2))])
+def test_vjp_columns_of_a_strided_axis(shape, axis, dtype, log):
+    """vjp_columns (a strided reduced axis, no transposing copy): strips with a short last pack
+    and strip, many chunks and groups, a chunk of a few steps, two reduced axes that collapse to
+    one; the same bits on every call, and for the transposed views (their own strides)."""
+    from cusoftmax import _api
+    from cusoftmax._layout import collapse
+
+    rng = np.random.default_rng(sum(shape))
+    x = make_values(rng, shape, np.dtype(np.float32)).astype(np.float64)
+    y = cupy.asarray(scipy.special.log_softmax(x, axis=axis) if log
+                     else scipy.special.softmax(x, axis=axis)).astype(dtype)
+    dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
+    c = _api.prepare(y, axis, None, None, "softmax_vjp")
+    layout = collapse(y.shape, _api._elem_strides(y), _api._elem_strides(y), c.axes)
+    plan = planning.vjp_plan(layout, y.dtype.itemsize, (0, 0, 0), planning.device_limits(y.device.id))
+    assert plan.kernel == "vjp_columns"
+    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    dx = fn(y, dy, axis=axis)
+    assert_vjp(dx, y, dy, axis, log)
+    assert_same_bits(fn(y, dy, axis=axis), dx)
+    if y.ndim == 2:
+        assert_same_bits(fn(y.T, dy.T, axis=1 - axis), dx.T)
 
 
 @pytest.mark.parametrize("log", [False, True])

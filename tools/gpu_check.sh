@@ -28,7 +28,7 @@
 #   bench-quick   a short benchmark sweep (float32 and bfloat16, six widths)
 #   topk          softmax_topk: its tests, racecheck and memcheck over one call per kernel form
 #                 (as run s32-5), and its benchmark (--op softmax_topk)
-#   vjp           the vjp family: its GPU tests, memcheck and racecheck over the chunks kernel's
+#   vjp           the vjp family: its GPU tests, memcheck and racecheck over the two-pass kernels'
 #                 tests, both backward passes' benchmark against torch and JAX
 #   loads         scale= and where= in the kernels: tests/test_scale.py and test_masked.py,
 #                 memcheck over them, the Scaled load's kernel times (dev/probes/scale_probe.py),
@@ -161,11 +161,11 @@ for what in ${@:-tests sanitize bench}; do
                 bfloat16:3:70000:33 float32:4:100000:1
         done
         step topk-bench topk.log python3 -m cusoftmax.bench --op softmax_topk --repeat 20 ;;
-    vjp)  # the vjp family: its tests, the sanitizers over vjp_chunks, both backward passes' bench
+    vjp)  # the vjp family: its tests, the sanitizers over vjp_chunks and vjp_columns, both backward passes' bench
         step vjp-tests vjp.log "${pytest[@]}" tests/test_gpu.py tests/test_family.py -k vjp
         for tool in memcheck racecheck; do
             step "vjp-$tool" vjp.log "${sanitize[@]}" $tool "${pytest[@]}" tests/test_gpu.py \
-                -k "vjp_chunks and not float64"
+                -k "(vjp_chunks or vjp_columns) and not float64"
         done
         for op in softmax_vjp log_softmax_vjp; do
             step "$op-bench" vjp.log python3 -m cusoftmax.bench --op $op --dtypes float32,bfloat16 \

@@ -113,12 +113,13 @@ def reduce_templates(itemsize: int, tuning: Tuning = TUNING):
     yield from reduce.templates(itemsize, tuning)
 
 
-def vjp_plan(rows: int, n: int, itemsize: int, addresses, limits: Limits, tuning=None,
-             op: str = "softmax_vjp") -> Plan:
-    """The plan of a backward pass (``op``, one of ``VJPS``) over `rows` contiguous rows of `n`
-    elements (the vjp family's own order, ``vjp.py``)."""
+def vjp_plan(layout, itemsize: int, addresses, limits: Limits, tuning=None,
+             op: str = "softmax_vjp") -> Plan | None:
+    """The plan of a backward pass (``op``, one of ``VJPS``) of y, dy and dx alike, ``layout``
+    from ``_layout.collapse`` (the vjp family's own order, ``vjp.py``). None: copy the reduced
+    axes last and contiguous, then plan again."""
     t = _active if tuning is None else tuning
-    return _computing(op, "Plain", vjp.plan(rows, n, itemsize, addresses, limits, t))
+    return _computing(op, "Plain", vjp.plan(layout, itemsize, addresses, limits, t))
 
 
 def vjp_templates(itemsize: int, tuning: Tuning = TUNING):

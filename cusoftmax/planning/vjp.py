@@ -1,14 +1,17 @@
-"""The vjp family: the backward passes of softmax and log_softmax over contiguous rows, dx from
-y and dy (kernels/vjp.cu). Its order of choice:
+"""The vjp family: the backward passes of softmax and log_softmax, dx from y and dy
+(kernels/vjp.cu). Its order of choice:
 
     kernel       when
+    vjp_columns  a strided reduced axis of an inner run of at least columns_min_inner: strips of
+                 columns_strip_cols columns, (strip, chunk) items of vjp_chunk_bytes of each
+                 array in the two-pass schedule (else None: the caller copies to rows)
     vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
     vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row, of
                  about vjp_block_packs packs of each array a thread (up to vjp_threads)
     vjp_chunks   fewer longer rows: (row, chunk) items of vjp_chunk_bytes of each array, in the
                  two-pass schedule, groups of vjp_group_waves waves of items
 
-The three arrays are C-contiguous rows of n elements, alike (the caller copies where not).
+The three arrays are alike: the same strides (the caller copies where they are not).
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .common import (MAX_GRID, THREADS_PER_SM, Plan, two_pass_grid, two_pass_workspace, vecs,
-                     vector_width)
+from .common import (MAX_GRID, THREADS_PER_SM, Plan, pow2_at_least, strided_args, two_pass_grid,
+                     two_pass_workspace, vecs, vector_width)
 from .reduce import lanes_shape
 
-KERNELS = ("vjp_lanes", "vjp_block", "vjp_chunks")
+KERNELS = ("vjp_lanes", "vjp_block", "vjp_chunks", "vjp_columns")
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,31 @@ class VjpChunksPlan(Plan):
         return two_pass_workspace(self.lines, self.chunks, 1)
 
 
-def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan:
-    """The plan for `rows` rows of `n` elements (y, dy, dx at `addresses`)."""
+@dataclass(frozen=True)
+class VjpColumnsPlan(Plan):
+    method = "vjp_columns"
+    inputs = 2
+    width: int  # packs a strip
+    chunk: int  # steps of the reduced axis a chunk
+    chunks: int  # chunks a strip
+    lines: int  # strips
+    per_group: int  # strips a group of the schedule
+
+    def args(self, layout):
+        return (*strided_args(layout)[:5], self.chunk, self.chunks, self.per_group, self.width)
+
+    def workspace(self):
+        return two_pass_workspace(self.lines, self.chunks, self.width * self.vec)
+
+
+def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
+    """The plan for `layout` (``_layout.Layout``; y, dy and dx alike, at `addresses`), or None:
+    copy the reduced axes last and contiguous, then plan again."""
     t, threads = tuning, tuning.vjp_threads
+    per_sm = THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)  # HALF_RESIDENT (common.cuh)
+    if not layout.rows:
+        return _columns(layout, itemsize, addresses, limits, t)
+    rows, n = layout.outer, layout.n
     vec = vector_width(itemsize, addresses, (n,))
     resident = limits.sm_count * (THREADS_PER_SM // threads)
     shape = lanes_shape(math.ceil(n / vec), t, t.vjp_lane_max_packs)
@@ -77,7 +102,6 @@ def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan:
     if rows < t.vjp_min_rows_per_sm * limits.sm_count:
         chunk = max(vec, t.vjp_chunk_bytes // itemsize // vec * vec)
         chunks = math.ceil(n / chunk)
-        per_sm = THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)  # HALF_RESIDENT (common.cuh)
         grid, per_group = two_pass_grid(rows, chunks, per_sm, t.vjp_group_waves, limits)
         return VjpChunksPlan(vec, grid, threads, 0, chunk=chunk, chunks=chunks, lines=rows,
                              per_group=per_group)
@@ -88,6 +112,22 @@ def plan(rows, n, itemsize, addresses, limits, tuning) -> Plan:
     return VjpBlockPlan(vec, min(MAX_GRID, blocks, rows), block, 0)
 
 
+def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
+    outer, n, inner = layout.outer, layout.n, layout.inner
+    if inner < t.columns_min_inner:
+        return None
+    vec = vector_width(itemsize, addresses, layout.xs)
+    width = min(max(1, t.columns_strip_cols // vec), t.vjp_threads,
+                pow2_at_least(math.ceil(inner / vec)))
+    lines = outer * math.ceil(inner / (width * vec))
+    chunk = max(1, t.vjp_chunk_bytes // (width * vec * itemsize))
+    chunks = math.ceil(n / chunk)
+    grid, per_group = two_pass_grid(lines, chunks, t.vjp_columns_blocks_per_sm, t.vjp_group_waves,
+                                    limits)
+    return VjpColumnsPlan(vec, grid, t.vjp_threads, 0, width=width, chunk=chunk, chunks=chunks,
+                          lines=lines, per_group=per_group)
+
+
 def templates(itemsize, tuning):
     for vec in vecs(itemsize):
         most = tuning.vjp_lane_max_packs
@@ -96,3 +136,4 @@ def templates(itemsize, tuning):
             yield "vjp_lanes", (vec, lanes, per, at_once)
         yield "vjp_block", (vec,)
         yield "vjp_chunks", (vec,)
+        yield "vjp_columns", (vec,)
