@@ -550,8 +550,9 @@ def _report(rows, impls, overhead, device, out: Path, op="softmax"):
               "* = X's result is outside cusoftmax's accuracy bound for the dtype")
     text = format_table(head, lines)
     print(f"\n{legend}\n{text}")
-    print(f"host us per call (4x256 float32, {op}): " +
-          ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))
+    if overhead:  # not measured for the backward passes and where=
+        print(f"host us per call (4x256 float32, {op}): " +
+              ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("dtype", "rows", "cols", "axis"), k))
     with open(out / "results.csv", "w", newline="") as f:

@@ -281,6 +281,7 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_COLUMNS_BLOCKS)
                 if (chunk_done(ws.count + line, chunks, &flag, at.lane == 0)) {  // the strip's sums
 #pragma unroll
                     for (int j = 0; j < V; ++j) s[j] = 0;
+#pragma unroll 8  // loads of 8 chunks in flight: a strip may have hundreds
                     for (long long k = at.lane; k < chunks; k += at.lanes)
 #pragma unroll
                         for (int j = 0; j < V; ++j)

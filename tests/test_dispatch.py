@@ -692,7 +692,7 @@ def test_vjp_plans_by_row_length():
 
 def test_vjp_plans_of_a_strided_axis():
     """vjp_columns: strips of columns_strip_cols columns (fewer where the inner run is shorter),
-    chunks of vjp_chunk_bytes of each array a strip, groups of vjp_group_waves waves of items;
+    chunks of vjp_columns_chunk_bytes of each array, groups of vjp_group_waves waves of items;
     an inner run shorter than columns_min_inner, or strides no view takes: None (rows copied)."""
     def plan(outer, n, inner, itemsize=4, addresses=(0, 0, 0)):
         layout = Layout(outer, n, inner, (n * inner, inner), (n * inner, inner))
@@ -700,14 +700,14 @@ def test_vjp_plans_of_a_strided_axis():
 
     p = plan(1, 4096, 16384)
     assert p.kernel == "vjp_columns" and p.template == (4,) and p.width == 64
-    assert p.chunk * 64 * 4 * 4 == t.vjp_chunk_bytes and p.chunks == math.ceil(4096 / p.chunk)
+    assert p.chunk * 64 * 4 * 4 == t.vjp_columns_chunk_bytes and p.chunks == math.ceil(4096 / p.chunk)
     assert p.lines == 16384 // 256 and p.grid == H200.sm_count * t.vjp_columns_blocks_per_sm
     assert p.per_group * p.chunks >= t.vjp_group_waves * p.grid and p.lines % p.per_group == 0
     layout = Layout(1, 4096, 16384, (4096 * 16384, 16384), (4096 * 16384, 16384))
     assert p.args(layout) == (1, 4096, 16384, 4096 * 16384, 16384, p.chunk, p.chunks, p.per_group, 64)
     assert p.workspace() == two_pass_workspace(64, p.chunks, 256)
     bf = plan(3, 1000, 40, 2)  # bfloat16, 40 columns: 8 a pack, a strip of 8 packs, one short
-    assert bf.vec == 8 and bf.width == 8 and bf.lines == 3 and bf.chunk == t.vjp_chunk_bytes // 128
+    assert bf.vec == 8 and bf.width == 8 and bf.lines == 3 and bf.chunk == t.vjp_columns_chunk_bytes // 128
     odd = plan(2, 7, 33, 8, (8, 0, 0))  # float64 off a 16-byte boundary: packs of 1
     assert odd.vec == 1 and odd.width == 64 and odd.chunks == 1
     assert plan(8, 100, 31) is None  # a short inner run: rows copied

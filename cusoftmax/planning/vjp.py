@@ -3,8 +3,8 @@
 
     kernel       when
     vjp_columns  a strided reduced axis of an inner run of at least columns_min_inner: strips of
-                 columns_strip_cols columns, (strip, chunk) items of vjp_chunk_bytes of each
-                 array in the two-pass schedule (else None: the caller copies to rows)
+                 columns_strip_cols columns, (strip, chunk) items of vjp_columns_chunk_bytes of
+                 each array in the two-pass schedule (else None: the caller copies to rows)
     vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
     vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row, of
                  about vjp_block_packs packs of each array a thread (up to vjp_threads)
@@ -120,7 +120,7 @@ def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
     width = min(max(1, t.columns_strip_cols // vec), t.vjp_threads,
                 pow2_at_least(math.ceil(inner / vec)))
     lines = outer * math.ceil(inner / (width * vec))
-    chunk = max(1, t.vjp_chunk_bytes // (width * vec * itemsize))
+    chunk = max(1, t.vjp_columns_chunk_bytes // (width * vec * itemsize))
     chunks = math.ceil(n / chunk)
     grid, per_group = two_pass_grid(lines, chunks, t.vjp_columns_blocks_per_sm, t.vjp_group_waves,
                                     limits)
