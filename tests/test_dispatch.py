@@ -675,6 +675,11 @@ def test_vjp_plans_by_row_length():
     assert plan(4096, 512).kernel == "vjp_block" and plan(4096, 512).block == 32
     assert plan(4096, 2048).block == 128 and plan(4096, 8192).block == 256
     assert plan(4096, 2048, 2).block == 64  # bfloat16: 8 elements a pack
+    # a wave's rows within vjp_block_l2_bytes: 2 blocks an SM of 64 KiB rows, 1 of 128 KiB; none
+    # where 4 fit, or not even 1
+    smem = H200.smem_per_sm
+    assert plan(8192, 8192).smem == smem // 3 and plan(2048, 32768, 2).smem == smem // 2
+    assert plan(8192, 8192, 2).smem == 0 and plan(2048, 32768).smem == 0
     assert plan(4096, 2**20).block == 256
     assert plan(2 * H200.sm_count, 2**20).kernel == "vjp_block"
     few = plan(64, 2**20)

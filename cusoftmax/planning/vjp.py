@@ -109,7 +109,12 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
     # row has them, up to vjp_threads.
     block = min(threads, 32 * math.ceil(math.ceil(n / vec) / (32 * t.vjp_block_packs)))
     blocks = limits.sm_count * min(32, THREADS_PER_SM // block) * t.reduce_waves
-    return VjpBlockPlan(vec, min(MAX_GRID, blocks, rows), block, 0)
+    # The rows of a wave are read twice: where their y and dy pass vjp_block_l2_bytes but a
+    # block an SM's fit, fewer blocks an SM (a shared-memory reservation) keep them in L2.
+    smem, fit = 0, t.vjp_block_l2_bytes // (limits.sm_count * 2 * n * itemsize)
+    if 1 <= fit < min(32, THREADS_PER_SM // block) // 2:
+        smem = limits.smem_per_sm // (fit + 1)
+    return VjpBlockPlan(vec, min(MAX_GRID, blocks, rows), block, smem)
 
 
 def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
