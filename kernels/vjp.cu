@@ -179,8 +179,24 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
     }
 }
 
+// This thread's packs of y and dy at steps k, k + lanes, ... (VJP_BATCH of them; past the ends
+// y = dy = 0: every op's term of them is 0), and step b's values as Ld loads them.
+template <typename T, int V> struct VjpSteps {
+    Pack<T, V> y[VJP_BATCH], g[VJP_BATCH];
+    __device__ VjpSteps(const T* yo, const T* go, const StripLane& at, long long k, long long k1, long long sn) {
+        load_steps<T, V>(yo, k, at.lanes, k1, sn, at.left, compute_t<T>(0), y);
+        load_steps<T, V>(go, k, at.lanes, k1, sn, at.left, compute_t<T>(0), g);
+    }
+    template <class Ld, typename C> __device__ void values(const Ld& ld, int b, C (&yv)[V], C (&gv)[V]) const {
+        unpack(y[b], yv);
+        unpack(g[b], gv);
+        ld.load(yv);
+        ld.load(gv);
+    }
+};
+
 // Each of this thread's V columns' sum of terms over its steps k0 + lane, + lanes, ... < k1 of
-// y and dy (yo, go: its pack at step 0), VJP_BATCH steps at once; past the ends y = dy = 0.
+// y and dy (yo, go: its pack at step 0), VJP_BATCH steps at once.
 template <class Ld, class Ep, typename T, int V>
 __device__ inline void vjp_column_sums(const Ld& ld, const T* yo, const T* go, const StripLane& at, long long k0,
                                        long long k1, long long sn, acc_t (&s)[V]) {
@@ -188,17 +204,12 @@ __device__ inline void vjp_column_sums(const Ld& ld, const T* yo, const T* go, c
 #pragma unroll
     for (int j = 0; j < V; ++j) s[j] = 0;
     for (long long k = k0 + at.lane; k < k1; k += VJP_BATCH * at.lanes) {
-        Pack<T, V> py[VJP_BATCH], pg[VJP_BATCH];
-        load_steps<T, V>(yo, k, at.lanes, k1, sn, at.left, C(0), py);
-        load_steps<T, V>(go, k, at.lanes, k1, sn, at.left, C(0), pg);
+        const VjpSteps<T, V> w(yo, go, at, k, k1, sn);
         C part[V] = {};
 #pragma unroll
         for (int b = 0; b < VJP_BATCH; ++b) {
             C yv[V], gv[V];
-            unpack(py[b], yv);
-            unpack(pg[b], gv);
-            ld.load(yv);
-            ld.load(gv);
+            w.values(ld, b, yv, gv);
 #pragma unroll
             for (int j = 0; j < V; ++j) part[j] += Ep::term(yv[j], gv[j]);
         }
@@ -212,18 +223,13 @@ template <class Ld, class Ep, typename T, int V, typename C>
 __device__ inline void vjp_column_writes(const Ld& ld, const T* yo, const T* go, T* xo, const StripLane& at,
                                          long long k0, long long k1, long long sn, const C (&s)[V]) {
     for (long long k = k0 + at.lane; k < k1; k += VJP_BATCH * at.lanes) {
-        Pack<T, V> py[VJP_BATCH], pg[VJP_BATCH];
-        load_steps<T, V>(yo, k, at.lanes, k1, sn, at.left, C(0), py);
-        load_steps<T, V>(go, k, at.lanes, k1, sn, at.left, C(0), pg);
+        const VjpSteps<T, V> w(yo, go, at, k, k1, sn);
 #pragma unroll
         for (int b = 0; b < VJP_BATCH; ++b) {
             const long long kb = k + b * at.lanes;
             if (kb >= k1) break;
             C yv[V], gv[V];
-            unpack(py[b], yv);
-            unpack(pg[b], gv);
-            ld.load(yv);
-            ld.load(gv);
+            w.values(ld, b, yv, gv);
 #pragma unroll
             for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s[j]);
             store_row_pack<T, V>(xo + kb * sn, 0, at.left, yv);

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .columns import ColumnsPlan
 from .common import (MAX_GRID, THREADS_PER_SM, Plan, pow2_at_least, strided_args, two_pass_grid,
                      two_pass_workspace, vecs, vector_width)
 from .reduce import lanes_shape
@@ -68,20 +69,14 @@ class VjpChunksPlan(Plan):
 
 
 @dataclass(frozen=True)
-class VjpColumnsPlan(Plan):
+class VjpColumnsPlan(ColumnsPlan):
+    """The columns family's strips and chunks over y and dy (alike: one pair of strides)."""
+
     method = "vjp_columns"
     inputs = 2
-    width: int  # packs a strip
-    chunk: int  # steps of the reduced axis a chunk
-    chunks: int  # chunks a strip
-    lines: int  # strips
-    per_group: int  # strips a group of the schedule
 
     def args(self, layout):
         return (*strided_args(layout)[:5], self.chunk, self.chunks, self.per_group, self.width)
-
-    def workspace(self):
-        return two_pass_workspace(self.lines, self.chunks, self.width * self.vec)
 
 
 def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
