@@ -116,7 +116,7 @@ class Tuning:
     vjp_group_waves: float = 0.5  # waves of items a group of rows, as online's [vjp-3]
     vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
     vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
-    vjp_block_l2_bytes: int = 24 * 2**20  # a wave's rows of y and dy: 40 MiB and any ran slower [vjp-4]
+    vjp_block_l2_bytes: int = 24 * 2**20  # a wave's rows of y and dy: 40 MiB and no limit ran slower [vjp-4]
     vjp_columns_chunk_bytes: int = 256 * 1024  # bytes of each array an item: 16 and 64 KiB ran 0.06-0.53 [vjp-4]
     vjp_columns_blocks_per_sm: int = 2  # (CUDA) launch bounds: 72-124 registers, spills at 64 (ptxas) [vjp-4]
     walk_batch: int = 4  # (CUDA) walk_run's packs in flight a thread: spill, online [kernels-1]

@@ -83,7 +83,6 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
     """The plan for `layout` (``_layout.Layout``; y, dy and dx alike, at `addresses`), or None:
     copy the reduced axes last and contiguous, then plan again."""
     t, threads = tuning, tuning.vjp_threads
-    per_sm = THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)  # HALF_RESIDENT (common.cuh)
     if not layout.rows:
         return _columns(layout, itemsize, addresses, limits, t)
     rows, n = layout.outer, layout.n
@@ -97,6 +96,7 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
     if rows < t.vjp_min_rows_per_sm * limits.sm_count:
         chunk = max(vec, t.vjp_chunk_bytes // itemsize // vec * vec)
         chunks = math.ceil(n / chunk)
+        per_sm = THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)  # HALF_RESIDENT (common.cuh)
         grid, per_group = two_pass_grid(rows, chunks, per_sm, t.vjp_group_waves, limits)
         return VjpChunksPlan(vec, grid, threads, 0, chunk=chunk, chunks=chunks, lines=rows,
                              per_group=per_group)
