@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .columns import ColumnsPlan
-from .common import (MAX_GRID, THREADS_PER_SM, Plan, pow2_at_least, strided_args, two_pass_grid,
-                     two_pass_workspace, vecs, vector_width)
+from .columns import ColumnsPlan, strips
+from .common import (MAX_GRID, THREADS_PER_SM, Plan, strided_args, two_pass_grid, two_pass_workspace,
+                     vecs, vector_width)
 from .reduce import lanes_shape
 
 KERNELS = ("vjp_lanes", "vjp_block", "vjp_chunks", "vjp_columns")
@@ -117,9 +117,7 @@ def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
     if inner < t.columns_min_inner:
         return None
     vec = vector_width(itemsize, addresses, layout.xs)
-    width = min(max(1, t.columns_strip_cols // vec), t.vjp_threads,
-                pow2_at_least(math.ceil(inner / vec)))
-    lines = outer * math.ceil(inner / (width * vec))
+    width, lines = strips(outer, inner, vec, t.vjp_threads, t)
     chunk = max(1, t.vjp_columns_chunk_bytes // (width * vec * itemsize))
     chunks = math.ceil(n / chunk)
     grid, per_group = two_pass_grid(lines, chunks, t.vjp_columns_blocks_per_sm, t.vjp_group_waves,
