@@ -532,20 +532,27 @@ def fast_call(x, axis, op, scale=None):
 
 
 def _vjp_key(y, dy, axis, op):
-    m = dy.data
-    return _fast_key(y, axis, op), dy.shape, dy.strides, dy.dtype, m.ptr & 15, m.device_id
+    """_fast_key's of y with dy's shape, strides, dtype, alignment and device, as one tuple."""
+    kind = tuple(map(type, axis)) if type(axis) is tuple else type(axis)
+    m, g = y.data, dy.data
+    return (y.shape, y.strides, y.dtype, axis, kind, m.ptr & 15, m.device_id, _device(), op,
+            dy.shape, dy.strides, dy.dtype, g.ptr & 15, g.device_id)
 
 
 def vjp_fast(y, dy, axis, op):
     """dx of backward pass `op` by a call remembered from an earlier one like it (vjp_gpu), or
-    None (the caller passes no `where` and no `out`)."""
+    None (the caller passes no `where` and no `out`). The public functions call it first: one
+    call and the key's before the launch."""
     if type(y) is not _fast_type or type(dy) is not _fast_type:
         return None
-    run = remembered(y, axis, op, dy)
-    if run is None:
+    try:
+        hit = _fast.get(_vjp_key(y, dy, axis, op))
+    except TypeError:  # an unhashable axis (a list): the general path says what is wrong
+        return None
+    if hit is None or hit[0] is not planning.active():  # else planned again under this one
         return None
     dx = _fast_type(y.shape, y.dtype)
-    run(y, dy, dx)
+    hit[1](y, dy, dx)
     return dx
 
 

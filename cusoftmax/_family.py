@@ -332,10 +332,6 @@ def _log_sum_out(out, c: _api.Call, shape, return_sign):
 
 
 def _vjp(y, dy, axis, where, out, log: bool, op: str):
-    if where is None and out is None:
-        dx = _api.vjp_fast(y, dy, axis, op)
-        if dx is not None:
-            return dx
     if _arrays.is_dask(y, dy, where):
         return _arrays.dask_call(op, y, dy, axis, where=where, out=out)
     c = _api.prepare(y, axis, out, None, op)
@@ -398,10 +394,18 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
 
 
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    if where is None and out is None:  # a call like an earlier one: no frame more than needed
+        dx = _api.vjp_fast(y, dy, axis, "softmax_vjp")
+        if dx is not None:
+            return dx
     return _vjp(y, dy, axis, where, out, False, "softmax_vjp")
 
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    if where is None and out is None:
+        dx = _api.vjp_fast(y, dy, axis, "log_softmax_vjp")
+        if dx is not None:
+            return dx
     return _vjp(y, dy, axis, where, out, True, "log_softmax_vjp")
 
 
