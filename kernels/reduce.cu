@@ -2,8 +2,9 @@
 // nothing held on chip but each thread's running state.
 //
 //   kernel (after Ld, Ep)        a slice by                       used for
-//   reduce_lanes<T, V, W, P, R>  W lanes of a warp (W <= 32), P   rows of up to 32 * P * V
-//                                packs a lane, R rows a group     elements
+//   reduce_lanes<T, V, W, P, R,  W lanes of a warp (W <= 32), P   rows of up to 32 * P * V
+//                S>              packs a lane, R rows a group,    elements
+//                                S steps in flight
 //   reduce_chunks<T, V>          blocks, a chunk each, merged     longer rows, any length
 //                                through the workspace
 //   reduce_columns<T, V>         a strip of columns a block,      a strided reduced axis
@@ -19,13 +20,14 @@
 #include "common.cuh"
 #include "ops.cuh"
 
-#if !defined(CSM_REDUCE_THREADS)
-#error "reduce.cu needs -DCSM_REDUCE_THREADS from the loader"
+#if !defined(CSM_REDUCE_THREADS) || !defined(CSM_REDUCE_LANE_SHIFTED)
+#error "reduce.cu needs -DCSM_REDUCE_THREADS and -DCSM_REDUCE_LANE_SHIFTED from the loader"
 #endif
 
 namespace csm {
 
 constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
+constexpr bool REDUCE_LANE_SHIFTED = CSM_REDUCE_LANE_SHIFTED;  // reduce_lanes' MCS::push<SHIFTED>
 constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it uses any
 constexpr int COLUMN_STEPS = 4;  // steps of a strided axis a thread loads before it uses any
 template <typename T> constexpr int REDUCE_BLOCKS = HALF_RESIDENT<T, REDUCE_THREADS>;  // launch bounds
@@ -50,18 +52,34 @@ template <typename C> struct MCS {
     }
     // Adds the elements that each(f) passes to f, one at a time, walked twice: one raise to
     // their max, then their counts and terms, summed in the compute type (at most 64 terms
-    // below 1) and added to c and s once.
-    template <typename Each> __device__ void push(Each&& each) {
+    // below 1) and added to c and s once. SHIFTED: a term is exp_shifted's (FFMA, MUFU) where m
+    // passes shift_ok, the batch's sum then times shift_fix(m) (one MUFU more a batch); else
+    // fast_exp(v - m).
+    template <bool SHIFTED = false, typename Each> __device__ void push(Each&& each) {
         C top = m;
         each([&](C v) { top = fmax(top, v); });
         raise(top);
         C cs = 0, ss = 0;
-        each([&](C v) {  // selects, no branch: exp(x - m) of x = m is dropped
-            const bool at = v == m;
-            const C e = fast_exp(v - m);
-            cs += at ? C(1) : C(0);
-            ss += at ? C(0) : e;
-        });
+        if constexpr (SHIFTED) {
+            with_shift(shift_ok(m), [&](auto shifted) {
+                constexpr bool BY_SHIFT = decltype(shifted)::value;
+                const C sh = shift_of(m);
+                each([&](C v) {  // one compare: x = m is counted, its term dropped
+                    const bool at = v == m;
+                    const C e = exp_by<BY_SHIFT>(v, m, sh);
+                    ss += at ? C(0) : e;
+                    if (at) cs += C(1);
+                });
+                if (BY_SHIFT) ss *= shift_fix(m);
+            });
+        } else {
+            each([&](C v) {  // selects, no branch: exp(x - m) of x = m is dropped
+                const bool at = v == m;
+                const C e = fast_exp(v - m);
+                cs += at ? C(1) : C(0);
+                ss += at ? C(0) : e;
+            });
+        }
         c += acc_t(cs);
         s += acc_t(ss);
     }
@@ -155,15 +173,81 @@ __device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int st
     }
 }
 
+// A lane's packs of reduce_lanes' steps (R rows by P packs), taken in order, issued AHEAD steps
+// before they are taken: packs of 4 bytes or more by asynchronous copies into the thread's own
+// slots of a ring of S + 1 steps in dynamic shared memory (no registers held while in flight;
+// the slot of step j + S is the one step j - 1 was read from); with S = 0, or smaller packs,
+// into registers one step ahead. A pack that straddles the row's end, or lies past it, is
+// staged as element loads with -inf past the end.
+// f(r, p, xr, c) for each of a step's R x P packs, at(r, p, c) giving pack (r, p)'s row pointer
+// xr and setting its column c.
+template <typename T, int R, int P, class At, class F> __device__ inline void each_pack(At&& at, F&& f) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            int c;
+            const T* xr = at(r, p, c);
+            f(r, p, xr, c);
+        }
+}
+template <typename T, int V, int R, int P, int S, bool ASYNC = (S > 0 && sizeof(T) * V >= 4)> struct StepRing;
+template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S, true> {
+    static constexpr int AHEAD = S;
+    static_assert(S >= 1 && S < 8, "1 to 7 steps in flight (copy_wait_pending)");
+    word_t<T, V>* const ring;  // [S + 1][R][P][REDUCE_THREADS]
+    int issued = 0, taken = 0;
+    __device__ explicit StepRing(void* smem) : ring(static_cast<word_t<T, V>*>(smem) + threadIdx.x) {}
+    // at(r, p, c): pack p of row r is the one at column c of that row's pointer, which it returns.
+    template <class At> __device__ void issue(bool any, int n, At&& at) {
+        if (any) {
+            word_t<T, V>* slot = ring + issued % (S + 1) * (R * P * REDUCE_THREADS);
+            each_pack<T, R, P>(at, [&](int r, int p, const T* xr, int c) {
+                stage_pack<T, V>(reinterpret_cast<T*>(slot + (r * P + p) * REDUCE_THREADS), xr + c, n - c);
+            });
+        }
+        copy_commit();  // an empty group past the last step, so the waits count alike
+        ++issued;
+    }
+    __device__ void take(word_t<T, V> (&w)[R][P]) {
+        copy_wait_pending(S - 1);
+        const word_t<T, V>* slot = ring + taken % (S + 1) * (R * P * REDUCE_THREADS);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int p = 0; p < P; ++p) w[r][p] = slot[(r * P + p) * REDUCE_THREADS];
+        ++taken;
+    }
+};
+template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S, false> {
+    static constexpr int AHEAD = 1;
+    word_t<T, V> held[R][P];
+    __device__ explicit StepRing(void*) {}
+    template <class At> __device__ void issue(bool any, int n, At&& at) {
+        if (!any) return;
+        each_pack<T, R, P>(at, [&](int r, int p, const T* xr, int c) {
+            held[r][p] = load_row_word<T, V>(xr, c, n, neg_inf<compute_t<T>>());
+        });
+    }
+    __device__ void take(word_t<T, V> (&w)[R][P]) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int p = 0; p < P; ++p) w[r][p] = held[r][p];
+    }
+};
+
 // Rows of n elements (row r at x + r * ldx), each by an aligned group of W lanes, in rounds of P
 // packs a lane (rows of at most W * P * V elements in one); a group takes R rows at a time (a
-// warp 32 / W * R), and each step (rows, round) loads the next step's packs, as words, before it
-// pushes its own, so loads stay in flight. Rows past the end: the last row again, not written;
-// every lane runs the same steps, so the shuffles stay converged.
-template <class Ld, class Ep, typename T, int V, int W, int P, int R>
+// warp 32 / W * R), a step being (rows, round), its packs issued S steps before they are used
+// (StepRing, in the plan's dynamic shared memory; S = 0: one step ahead in registers). Rows past
+// the end: the last row again, not written; every lane runs the same steps, so the shuffles stay
+// converged.
+template <class Ld, class Ep, typename T, int V, int W, int P, int R, int S>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx, const Ld ld) {
     using C = compute_t<T>;
+    extern __shared__ __align__(16) unsigned char smem[];
     constexpr int G = 32 / W;  // groups a warp
     constexpr int SPAN = W * P * V;  // elements a round
     const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
@@ -171,42 +255,38 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     if (rounds == 0) return;  // no element (the library never launches one): no step ends
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const long long stride = (long long)gridDim.x * blockDim.x / 32 * G * R;
-    auto row_of = [&](long long first, int r) { return min(first + (long long)r * G + group, rows - 1); };
-    auto load = [&](long long first, int k, word_t<T, V>(&raw)[R][P]) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const T* xr = x + row_of(first, r) * ldx;
-#pragma unroll
-            for (int p = 0; p < P; ++p) raw[r][p] = load_row_word<T, V>(xr, k * SPAN + (p * W + sub) * V, n, neg_inf<C>());
-        }
+    auto row_of = [&](long long t, int r) { return min(t + (long long)r * G + group, rows - 1); };
+    struct Step {
+        long long t;  // the group's first row
+        int b;  // the round
     };
-    word_t<T, V> raw[R][P], next[R][P];
+    auto after = [&](Step u) { return u.b + 1 == rounds ? Step{u.t + stride, 0} : Step{u.t, u.b + 1}; };
+    StepRing<T, V, R, P, S> ring(smem);
+    auto issue = [&](const Step& u) {
+        ring.issue(u.t < rows, n, [&](int r, int p, int& c) {
+            c = u.b * SPAN + (p * W + sub) * V;
+            return x + row_of(u.t, r) * ldx;
+        });
+    };
     MCS<C> s[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) s[r] = MCS<C>::identity();
-    long long first = warp * G * R;
-    if (first < rows) load(first, 0, raw);
-    for (int k = 0; first < rows;) {
-        const bool last = k + 1 == rounds;
-        const long long first2 = last ? first + stride : first;
-        const int k2 = last ? 0 : k + 1;
-        load(first2, k2, next);  // past the end: the last row again, unused
+    Step u{warp * G * R, 0}, ahead = u;
+    for (int i = 0; i < ring.AHEAD; ++i, ahead = after(ahead)) issue(ahead);
+    for (; u.t < rows; u = after(u), ahead = after(ahead)) {
+        word_t<T, V> raw[R][P];
+        ring.take(raw);
+        issue(ahead);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            s[r].push(words<Ld, T, V>(ld, raw[r]));
-            if (last) {
-                const MCS<C> t = group_merge(s[r], W);
-                const long long row = first + (long long)r * G + group;
-                if (sub == 0 && row < rows) put_value<Ep, T>(y, row, t);
+            s[r].template push<REDUCE_LANE_SHIFTED>(words<Ld, T, V>(ld, raw[r]));
+            if (u.b + 1 == rounds) {
+                const MCS<C> m = group_merge(s[r], W);
+                const long long row = u.t + (long long)r * G + group;
+                if (sub == 0 && row < rows) put_value<Ep, T>(y, row, m);
                 s[r] = MCS<C>::identity();
             }
         }
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int p = 0; p < P; ++p) raw[r][p] = next[r][p];
-        first = first2;
-        k = k2;
     }
 }
 

@@ -627,14 +627,24 @@ def test_reduce_plans_cover_every_row_and_axis():
 
     short = rows(2**20, 32)
     assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
-    # a row of 8 packs in 4 lanes of reduce_lane_min_packs = 2 packs, one row at a time
-    assert short.kernel == "reduce_lanes" and short.template == (4, 4, 2, 1) and short.workspace() is None
-    assert rows(2**20, 4).template == (4, 1, 1, 2)  # one pack: one lane, two rows at a time
+    # a row of 8 packs in 4 lanes of reduce_lane_min_packs = 2 packs, one row at a time, the
+    # next step in registers (fewer lanes than reduce_lane_staged_lanes)
+    assert short.kernel == "reduce_lanes" and short.template == (4, 4, 2, 1, 0) and short.workspace() is None
+    assert short.smem == 0
+    assert rows(2**20, 4).template == (4, 1, 1, 2, 0)  # one pack: one lane, two rows at a time
+    # a warp's 32 lanes: 2 steps in flight in a ring of 3 steps of 2 packs of 256 threads' 16 bytes
+    assert rows(2**20, 256).template == (4, 32, 2, 1, 2) and rows(2**20, 256).smem == 3 * 2 * 256 * 16
+    assert rows(2**20, 33, 2).template[-1] == 1 and rows(2**20, 33, 2).smem == 0  # 2-byte packs
+    # no more steps in flight than keep the launch bounds' 4 blocks an SM resident
+    deep = d.reduce_plan(rows_layout(2**20, 256), 4, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
+    assert deep.stages == 6 and 4 * (deep.smem + 1024) <= H200.smem_per_sm < 4 * (deep.smem + 9216)
     assert short.ops == ("Plain", "LogSumExp")
     states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
     assert states == dataclasses.replace(short, ops=("Plain", "SliceState"))
-    assert rows(2**16, 256).template == (4, 32, 2, 1)
-    assert rows(2**16, 2048).template == (4, 32, 2, 1)  # streamed by a warp: many rows
+    assert rows(2**16, 256).template == (4, 32, 2, 1, 2)
+    assert rows(2**16, 512).template == (4, 32, 4, 1, 2)  # up to reduce_lane_max_packs a lane
+    assert rows(2**16, 2048).template == (4, 32, 4, 1, 2)  # streamed by a warp: many rows
+    assert rows(2**16, 2048).smem == 3 * 4 * 256 * 16
     assert rows(2**12, 2048).kernel == "reduce_chunks"  # too few rows for a warp each
     assert rows(2**16, 8193).kernel == "reduce_chunks"  # past reduce_warp_max_bytes
     for r, n in [(2**12, 8192), (1, 2**27), (3, 10**6 + 3), (64, 2**24)]:

@@ -1,6 +1,7 @@
 """GPU kernels: every path against SciPy, forced paths against each other, and the hard cases
 that have broken softmax kernels elsewhere. Skipped where there is no CUDA device."""
 
+import dataclasses
 import itertools
 import math
 
@@ -673,6 +674,23 @@ def test_logsumexp_dominant_term_sign_and_determinism():
     assert list(sgn[[0, 1, 3]]) == [1.0, 0.0, 1.0] and np.isnan(sgn[2])
     big = cupy.asarray(make_values(np.random.default_rng(3), (3, 5_000_001), np.dtype(np.float32)))
     assert_same_bits(cusoftmax.logsumexp(big, axis=1), cusoftmax.logsumexp(big, axis=1))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logsumexp_steps_in_flight_change_no_bit(dtype):
+    """reduce_lanes' StepRing: how many steps are in flight (one in registers or in shared
+    memory, or more) moves no result bit: rows in a warp, in fewer lanes and streamed by a warp,
+    with tails, rows past the last and packs under 4 bytes."""
+    rng = np.random.default_rng(9)
+    one = dataclasses.replace(TUNING, reduce_lane_stages=1)
+    deep = dataclasses.replace(TUNING, reduce_lane_stages=5, reduce_lane_staged_lanes=1)
+    for shape in [(4099, 37), (20000, 1000), (5000, 8191), (4500, 300), (9000, 24)]:
+        x = cupy.asarray(make_values(rng, shape, np.dtype(dtype), specials=0.001))
+        got = cusoftmax.logsumexp(x, axis=-1)
+        assert_logsumexp(got, x, -1)
+        for variant in (one, deep):
+            with planning.use(variant):
+                assert_same_bits(cusoftmax.logsumexp(x, axis=-1), got)
 
 
 def test_logsumexp_of_a_1e8_row_in_float32():

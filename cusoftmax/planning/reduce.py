@@ -3,7 +3,8 @@ held but each thread's running state (kernels/reduce.cu). Its order of choice:
 
     kernel          layout            when
     reduce_lanes    contiguous rows   a row in a warp's lanes, reduce_lane_min_packs to
-                                      reduce_lane_max_packs a lane;
+                                      reduce_lane_max_packs a lane (reduce_lane_stages
+                                      steps in flight);
                                       or streamed by a warp in rounds of that, rows of at most
                                       reduce_warp_max_bytes, reduce_warp_rows_waves warps' worth
     reduce_chunks   contiguous rows   longer rows: a block a chunk, chunks merged in the workspace
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .common import MAX_GRID, THREADS_PER_SM, Plan, pow2_at_least, vecs, vector_width
+from .common import MAX_GRID, THREADS_PER_SM, Plan, block_share, pow2_at_least, vecs, vector_width
 
 KERNELS = ("reduce_lanes", "reduce_chunks", "reduce_columns")
 
@@ -43,13 +44,35 @@ class LanesPlan(Plan):
     lanes: int  # a row's lanes
     packs: int  # packs a lane holds
     at_once: int  # rows a lane group takes at a time
+    stages: int  # steps in flight (StepRing in kernels/reduce.cu)
 
     @property
     def template(self):
-        return (self.vec, self.lanes, self.packs, self.at_once)
+        return (self.vec, self.lanes, self.packs, self.at_once, self.stages)
 
     def args(self, layout):
         return (layout.outer, layout.n, layout.xs[0])
+
+
+def _resident(itemsize, threads):
+    """Blocks an SM at the reduce kernels' launch bounds (HALF_RESIDENT in kernels/common.cuh)."""
+    return THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)
+
+
+def lane_stages(lanes, pack_bytes, per_step, itemsize, limits, tuning):
+    """(steps in flight, dynamic shared memory) of reduce_lanes (StepRing): reduce_lane_stages
+    steps of `per_step` packs a thread in a ring of one step more, fewer where that would leave
+    fewer blocks resident than the launch bounds allow; rows of fewer than
+    reduce_lane_staged_lanes lanes (0) and packs under 4 bytes (1) go one step ahead in
+    registers, no shared memory."""
+    if lanes < tuning.reduce_lane_staged_lanes:
+        return 0, 0
+    if pack_bytes < 4:
+        return 1, 0
+    step = per_step * tuning.reduce_threads * pack_bytes
+    most = block_share(limits, _resident(itemsize, tuning.reduce_threads)) // step - 1
+    stages = max(1, min(tuning.reduce_lane_stages, most, 7))
+    return stages, (stages + 1) * step
 
 
 def lanes_shape(packs, tuning, most=None, least=1):
@@ -112,15 +135,16 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
         shape = lanes_shape(math.ceil(n / vec), t, least=t.reduce_lane_min_packs)
-        # resident at 64 registers a thread (HALF_RESIDENT in kernels/common.cuh)
-        warps = limits.sm_count * THREADS_PER_SM // 32 // 2
+        warps = limits.sm_count * _resident(itemsize, threads) * threads // 32
         if shape is None and (rows >= t.reduce_warp_rows_waves * warps
                               and n * itemsize <= t.reduce_warp_max_bytes):
             shape = (32, t.reduce_lane_max_packs, 1)  # a warp a row, in rounds
         if shape is not None:
             lanes, per, at_once = shape
             grid = _grid(math.ceil(rows * lanes / (threads * at_once)), limits, t)
-            return LanesPlan(vec, grid, threads, 0, lanes=lanes, packs=per, at_once=at_once)
+            stages, smem = lane_stages(lanes, itemsize * vec, per * at_once, itemsize, limits, t)
+            return LanesPlan(vec, grid, threads, smem, lanes=lanes, packs=per, at_once=at_once,
+                             stages=stages)
         step = threads * vec  # elements a block's batch round covers, per pack a thread
         chunks = _chunks(n, rows, step * t.reduce_min_chunk_steps, t.reduce_max_chunk_bytes // itemsize,
                          limits, t)
@@ -141,12 +165,15 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
 
 
 def templates(itemsize, tuning):
-    """Every (kernel, template arguments) of the family for one element size."""
+    """Every (kernel, template arguments) of the family for one element size (reduce_lanes with
+    the steps in flight that a device of enough shared memory takes)."""
     for vec in vecs(itemsize):
         shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs)
                   for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
         for lanes, per, at_once in sorted(shapes):
-            yield "reduce_lanes", (vec, lanes, per, at_once)
+            stages = (0 if lanes < tuning.reduce_lane_staged_lanes
+                      else tuning.reduce_lane_stages if itemsize * vec >= 4 else 1)
+            yield "reduce_lanes", (vec, lanes, per, at_once, stages)
         yield "reduce_chunks", (vec,)
         if vec <= tuning.reduce_columns_max_vec:
             yield "reduce_columns", (vec,)

@@ -101,9 +101,12 @@ class Tuning:
     reduce_threads: int = 256  # (CUDA) threads a block of every reduce kernel [reduce-1]
     reduce_waves: int = 4  # full residencies at most; blocks loop over items [reduce-1]
     reduce_lane_loads: int = 2  # packs a lane loads at a time (and as many ahead) [reduce-1]
-    reduce_lane_max_packs: int = 2  # packs a lane a round; 4 spilled bfloat16 (ptxas) [reduce-1]
+    reduce_lane_max_packs: int = 4  # packs a lane a round, streamed rows' too [reduce-4]
+    reduce_lane_stages: int = 2  # steps in flight, shared memory: 48 KiB at 4 packs [reduce-4]
+    reduce_lane_staged_lanes: int = 32  # fewer lanes a row: next step in registers [reduce-4]
+    reduce_lane_shifted: int = 1  # (CUDA) terms by exp_shifted: bfloat16 rows +3-9% [reduce-4]
     reduce_lane_min_packs: int = 2  # packs a lane at least: rows of 32-128 float32 1.5x [reduce-3]
-    reduce_warp_rows_waves: int = 2  # rows a warp each, 2 residencies at least [reduce-2]
+    reduce_warp_rows_waves: int = 1  # rows a warp each, 1 residency at least [reduce-4]
     reduce_warp_max_bytes: int = 32 * 1024  # longer rows to blocks: 8192 float32 0.97 [reduce-2]
     reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-1]
     reduce_min_chunk_steps: int = 4  # a chunk is at least 4 batch rounds of its block [reduce-1]
@@ -178,6 +181,7 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "SLAB_MAX_THREADS": tuning.slab_max_threads,
         "SLAB_SCRATCH": tuning.slab_scratch,
         "REDUCE_THREADS": tuning.reduce_threads,
+        "REDUCE_LANE_SHIFTED": tuning.reduce_lane_shifted,
         "VJP_THREADS": tuning.vjp_threads,
         "VJP_COLUMNS_BLOCKS_PER_SM": tuning.vjp_columns_blocks_per_sm,
         "NORMALIZE_THREADS": tuning.normalize_threads,
