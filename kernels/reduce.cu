@@ -173,12 +173,6 @@ __device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int st
     }
 }
 
-// A lane's packs of reduce_lanes' steps (R rows by P packs), taken in order, issued AHEAD steps
-// before they are taken: packs of 4 bytes or more by asynchronous copies into the thread's own
-// slots of a ring of S + 1 steps in dynamic shared memory (no registers held while in flight;
-// the slot of step j + S is the one step j - 1 was read from); with S = 0, or smaller packs,
-// into registers one step ahead. A pack that straddles the row's end, or lies past it, is
-// staged as element loads with -inf past the end.
 // f(r, p, xr, c) for each of a step's R x P packs, at(r, p, c) giving pack (r, p)'s row pointer
 // xr and setting its column c.
 template <typename T, int R, int P, class At, class F> __device__ inline void each_pack(At&& at, F&& f) {
@@ -191,6 +185,11 @@ template <typename T, int R, int P, class At, class F> __device__ inline void ea
             f(r, p, xr, c);
         }
 }
+
+// A lane's packs of reduce_lanes' steps (R rows by P packs), issued AHEAD steps before they are
+// taken: packs of 4 bytes or more by cp.async into the thread's own slots of a ring of S + 1 steps
+// in dynamic shared memory (step j + S into the slot step j - 1 was read from); S = 0, or smaller
+// packs: one step ahead in registers. A pack across or past the row's end: element loads, -inf.
 template <typename T, int V, int R, int P, int S, bool ASYNC = (S > 0 && sizeof(T) * V >= 4)> struct StepRing;
 template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S, true> {
     static constexpr int AHEAD = S;
