@@ -237,11 +237,10 @@ template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S,
 };
 
 // Rows of n elements (row r at x + r * ldx), each by an aligned group of W lanes, in rounds of P
-// packs a lane (rows of at most W * P * V elements in one); a group takes R rows at a time (a
-// warp 32 / W * R), a step being (rows, round), its packs issued S steps before they are used
-// (StepRing, in the plan's dynamic shared memory; S = 0: one step ahead in registers). Rows past
-// the end: the last row again, not written; every lane runs the same steps, so the shuffles stay
-// converged.
+// packs a lane; a group takes R rows at a time (a warp 32 / W * R), a step (rows, round) issued
+// S steps before it is used (StepRing: the plan's shared memory; S = 0, registers, one ahead).
+// Rows past the end: the last row again, not written; every lane runs the same steps, so the
+// shuffles stay converged.
 template <class Ld, class Ep, typename T, int V, int W, int P, int R, int S>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx, const Ld ld) {

@@ -59,19 +59,25 @@ def _resident(itemsize, threads):
     return THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)
 
 
-def lane_stages(lanes, pack_bytes, per_step, itemsize, limits, tuning):
-    """(steps in flight, dynamic shared memory) of reduce_lanes (StepRing): reduce_lane_stages
-    steps of `per_step` packs a thread in a ring of one step more, fewer where that would leave
-    fewer blocks resident than the launch bounds allow; rows of fewer than
-    reduce_lane_staged_lanes lanes (0) and packs under 4 bytes (1) go one step ahead in
-    registers, no shared memory."""
+def _lane_depth(lanes, pack_bytes, tuning):
+    """reduce_lanes' steps in flight before shared memory bounds them: 0 for rows of fewer than
+    reduce_lane_staged_lanes lanes and 1 for packs under 4 bytes (one step ahead in registers,
+    StepRing's ASYNC false), else reduce_lane_stages."""
     if lanes < tuning.reduce_lane_staged_lanes:
-        return 0, 0
-    if pack_bytes < 4:
-        return 1, 0
+        return 0
+    return tuning.reduce_lane_stages if pack_bytes >= 4 else 1
+
+
+def lane_stages(lanes, pack_bytes, per_step, itemsize, limits, tuning):
+    """(steps in flight, dynamic shared memory) of reduce_lanes (StepRing): _lane_depth's steps
+    of `per_step` packs a thread in a ring of one step more, fewer where that would leave fewer
+    blocks resident than the launch bounds allow; none shared where they stay in registers."""
+    depth = _lane_depth(lanes, pack_bytes, tuning)
+    if depth == 0 or pack_bytes < 4:
+        return depth, 0
     step = per_step * tuning.reduce_threads * pack_bytes
     most = block_share(limits, _resident(itemsize, tuning.reduce_threads)) // step - 1
-    stages = max(1, min(tuning.reduce_lane_stages, most, 7))
+    stages = max(1, min(depth, most, 7))
     return stages, (stages + 1) * step
 
 
@@ -171,9 +177,8 @@ def templates(itemsize, tuning):
         shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs)
                   for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
         for lanes, per, at_once in sorted(shapes):
-            stages = (0 if lanes < tuning.reduce_lane_staged_lanes
-                      else tuning.reduce_lane_stages if itemsize * vec >= 4 else 1)
-            yield "reduce_lanes", (vec, lanes, per, at_once, stages)
+            depth = _lane_depth(lanes, itemsize * vec, tuning)
+            yield "reduce_lanes", (vec, lanes, per, at_once, depth)
         yield "reduce_chunks", (vec,)
         if vec <= tuning.reduce_columns_max_vec:
             yield "reduce_columns", (vec,)
