@@ -7,9 +7,9 @@
 //                                S steps in flight
 //   reduce_chunks<T, V>          blocks, a chunk each, merged     longer rows, any length
 //                                through the workspace
-//   reduce_columns<T, V>         a strip of columns a block,      a strided reduced axis
-//                                chunks of the axis merged
-//                                through the workspace
+//   reduce_columns<T, V, S>      a strip of columns a block,      a strided reduced axis
+//                                S steps a batch, chunks of the
+//                                axis merged through the workspace
 //
 // The state of a slice is (m, c, s): its max m, the count c of its elements equal to m, and the
 // sum s of exp(x - m) over the others, so that Ep's value of it can take log(c) + log1p(s / c):
@@ -20,16 +20,18 @@
 #include "common.cuh"
 #include "ops.cuh"
 
-#if !defined(CSM_REDUCE_THREADS) || !defined(CSM_REDUCE_LANE_SHIFTED)
-#error "reduce.cu needs -DCSM_REDUCE_THREADS and -DCSM_REDUCE_LANE_SHIFTED from the loader"
+#if !defined(CSM_REDUCE_THREADS) || !defined(CSM_REDUCE_SHIFTED)
+#error "reduce.cu needs -DCSM_REDUCE_THREADS and -DCSM_REDUCE_SHIFTED from the loader"
 #endif
 
 namespace csm {
 
 constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
-constexpr bool REDUCE_LANE_SHIFTED = CSM_REDUCE_LANE_SHIFTED;  // reduce_lanes' MCS::push<SHIFTED>
+// The kernels whose MCS::push takes exp_shifted's terms (bits: 1 reduce_lanes, 2 reduce_chunks,
+// 4 reduce_columns).
+constexpr bool LANES_SHIFTED = CSM_REDUCE_SHIFTED & 1, CHUNKS_SHIFTED = CSM_REDUCE_SHIFTED & 2,
+               COLUMNS_SHIFTED = CSM_REDUCE_SHIFTED & 4;
 constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it uses any
-constexpr int COLUMN_STEPS = 4;  // steps of a strided axis a thread loads before it uses any
 template <typename T> constexpr int REDUCE_BLOCKS = HALF_RESIDENT<T, REDUCE_THREADS>;  // launch bounds
 static_assert(REDUCE_THREADS % 32 == 0 && REDUCE_THREADS <= 1024, "whole warps, one block");
 
@@ -64,20 +66,16 @@ template <typename C> struct MCS {
             with_shift(shift_ok(m), [&](auto shifted) {
                 constexpr bool BY_SHIFT = decltype(shifted)::value;
                 const C sh = shift_of(m);
-                each([&](C v) {  // one compare: x = m is counted, its term dropped
-                    const bool at = v == m;
+                each([&](C v) {  // x = m is counted, its term dropped
                     const C e = exp_by<BY_SHIFT>(v, m, sh);
-                    ss += at ? C(0) : e;
-                    if (at) cs += C(1);
+                    if (v == m) cs += C(1); else ss += e;
                 });
                 if (BY_SHIFT) ss *= shift_fix(m);
             });
         } else {
-            each([&](C v) {  // selects, no branch: exp(x - m) of x = m is dropped
-                const bool at = v == m;
+            each([&](C v) {  // x = m is counted, its term exp(0) dropped
                 const C e = fast_exp(v - m);
-                cs += at ? C(1) : C(0);
-                ss += at ? C(0) : e;
+                if (v == m) cs += C(1); else ss += e;
             });
         }
         c += acc_t(cs);
@@ -167,7 +165,7 @@ __device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int st
     if (c0 < n) load(c0, w);
     for (int c = c0; c < n; c += REDUCE_BATCH * step) {
         load(c + REDUCE_BATCH * step, next);
-        s.push(words<Ld, T, V>(ld, w));
+        s.template push<CHUNKS_SHIFTED>(words<Ld, T, V>(ld, w));
 #pragma unroll
         for (int b = 0; b < REDUCE_BATCH; ++b) w[b] = next[b];
     }
@@ -277,7 +275,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         issue(ahead);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            s[r].template push<REDUCE_LANE_SHIFTED>(words<Ld, T, V>(ld, raw[r]));
+            s[r].template push<LANES_SHIFTED>(words<Ld, T, V>(ld, raw[r]));
             if (u.b + 1 == rounds) {
                 const MCS<C> m = group_merge(s[r], W);
                 const long long row = u.t + (long long)r * G + group;
@@ -335,9 +333,9 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
 // V divides inner, xso, xsn and x's alignment, so a pack is wholly inside the axis or past it.
 // A block's threads are `width` packs of a strip of width * V columns by lanes = blockDim.x /
 // width steps; items (line = (o, strip), chunk of `chunk` steps) t, t + gridDim.x, ... Each
-// thread's V columns' states over its steps (COLUMN_STEPS steps a column pushed at once), merged
+// thread's V columns' states over its steps (S steps loaded, then each column's pushed), merged
 // over the lanes in lane order; a line of one chunk is written at once, else as reduce_chunks.
-template <class Ld, class Ep, typename T, int V>
+template <class Ld, class Ep, typename T, int V, int S>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_columns(const T* x, void* y, void* work, long long outer, long long n, long long inner,
                    long long xso, long long xsn, long long chunk, long long chunks, int width,
@@ -356,29 +354,40 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         MCS<C> s[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) s[j] = MCS<C>::identity();
-        if (col < inner) {
-            const T* xo = x + o * xso + col;
-            for (long long q = k0 + lane; q < k1; q += COLUMN_STEPS * lanes) {
-                Pack<T, V> p[COLUMN_STEPS];
+        // This thread's steps k0 + lane, k0 + lane + lanes, ...: `left` of them, `apart` apart.
+        int left = col < inner ? int((k1 - k0 - lane + lanes - 1) / lanes) : 0;
+        const long long apart = (long long)lanes * xsn;
+        const T* at = x + o * xso + col + (k0 + lane) * xsn;
+        auto load = [&](Pack<T, V>(&p)[S], int steps) {  // S packs, those past `steps` -inf
 #pragma unroll
-                for (int b = 0; b < COLUMN_STEPS; ++b) {
-                    const long long step = q + b * lanes;
-                    if (step < k1) {
-                        p[b] = load_pack<T, V>(xo + step * xsn);
-                    } else {
+            for (int b = 0; b < S; ++b) {
+                if (b < steps) {
+                    p[b] = load_pack<T, V>(at + b * apart);
+                } else {
 #pragma unroll
-                        for (int j = 0; j < V; ++j) p[b].v[j] = Traits<T>::out(neg_inf<C>());
-                    }
+                    for (int j = 0; j < V; ++j) p[b].v[j] = Traits<T>::out(neg_inf<C>());
                 }
-                C w[V][COLUMN_STEPS];  // column j at the batch's steps
-                pack_columns<Ld>(ld, p, w);
-#pragma unroll
-                for (int j = 0; j < V; ++j)
-                    s[j].push([&](auto f) {
-#pragma unroll
-                        for (int b = 0; b < COLUMN_STEPS; ++b) f(w[j][b]);
-                    });
             }
+            at += S * apart;
+        };
+        auto push = [&](const Pack<T, V>(&p)[S]) {
+            C w[V][S];  // column j at the batch's steps
+            pack_columns<Ld>(ld, p, w);
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                s[j].template push<COLUMNS_SHIFTED>([&](auto f) {
+#pragma unroll
+                    for (int b = 0; b < S; ++b) f(w[j][b]);
+                });
+        };
+        Pack<T, V> p[S];
+        for (; left >= S; left -= S) {
+            load(p, S);
+            push(p);
+        }
+        if (left > 0) {
+            load(p, left);
+            push(p);
         }
         // Over the lanes, column by column: lane 0 of each pack merges lanes 1, 2, ... in order.
         double* parts = ws.part + 3 * line * chunks * cols;

@@ -693,6 +693,24 @@ def test_logsumexp_steps_in_flight_change_no_bit(dtype):
                 assert_same_bits(cusoftmax.logsumexp(x, axis=-1), got)
 
 
+@pytest.mark.parametrize("variant", [{"reduce_shifted": 0}, {"reduce_shifted": 1},
+                                     {"reduce_column_steps": 4}, {"reduce_columns_strip_cols": 512}], ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logsumexp_kernel_variants_against_scipy(variant, dtype):
+    """The tuning's other kernels (terms by exp_shifted or fast_exp in each reduce kernel, steps
+    a column batch) give SciPy's answers too: columns with tails and chunks, long rows in
+    chunks, rows in lanes, and the special lines."""
+    rng = np.random.default_rng(12)
+    with planning.use(dataclasses.replace(TUNING, **variant)):
+        for shape, axis in [((9000, 64), 0), ((3, 20001, 33), 1), ((2, 300001), 1), ((700, 37), 1)]:
+            x = cupy.asarray(make_values(rng, shape, np.dtype(dtype), specials=0.001))
+            assert_logsumexp(cusoftmax.logsumexp(x, axis=axis), x, axis)
+        lines = log_lines(700, dtype)
+        for x, axis in [(lines, 1), (np.ascontiguousarray(lines.T), 0)]:
+            x = cupy.asarray(x.astype(dtype))
+            assert_logsumexp(cusoftmax.logsumexp(x, axis=axis), x, axis)
+
+
 def test_logsumexp_of_a_1e8_row_in_float32():
     """The issue's bound: a float32 row of 1e8 elements within 1e-6 relative of float64."""
     x = cupy.random.default_rng(4).standard_normal(10**8, dtype=cupy.float32)

@@ -29,17 +29,17 @@ def default(c) -> bool:
     return c.layout.inner >= c.tuning.columns_min_inner
 
 
-def strips(outer, inner, vec, threads, t) -> tuple[int, int]:
-    """(packs a strip, strips) of a columns kernel: columns_strip_cols columns a strip, at most
-    `threads` packs, no more than the inner run's (a power of two)."""
-    width = min(max(1, t.columns_strip_cols // vec), threads, pow2_at_least(math.ceil(inner / vec)))
+def strips(outer, inner, vec, threads, cols) -> tuple[int, int]:
+    """(packs a strip, strips) of a columns kernel: `cols` columns a strip, at most `threads`
+    packs, no more than the inner run's (a power of two)."""
+    width = min(max(1, cols // vec), threads, pow2_at_least(math.ceil(inner / vec)))
     return width, outer * math.ceil(inner / (width * vec))
 
 
 def plan(c, forced=False) -> ColumnsPlan:
     t, (outer, n, inner) = c.tuning, (c.layout.outer, c.layout.n, c.layout.inner)
     vec = min(c.strided_vec, t.columns_max_vec)
-    width, lines = strips(outer, inner, vec, t.columns_threads, t)
+    width, lines = strips(outer, inner, vec, t.columns_threads, t.columns_strip_cols)
     chunk = max(t.columns_min_chunk, math.ceil(n / t.columns_max_chunks))
     chunks = math.ceil(n / chunk)
     grid, per_group = two_pass_grid(lines, chunks, t.columns_blocks_per_sm, t.columns_group_waves,

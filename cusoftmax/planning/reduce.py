@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .columns import strips
 from .common import MAX_GRID, THREADS_PER_SM, Plan, block_share, pow2_at_least, vecs, vector_width
 
 KERNELS = ("reduce_lanes", "reduce_chunks", "reduce_columns")
@@ -111,6 +112,7 @@ class ChunksPlan(Plan):
 class ColumnsPlan(Plan):
     method = "reduce_columns"
     width: int  # packs a strip
+    steps: int  # steps a thread loads before it uses any
     chunk: int  # steps of the axis a chunk
     chunks: int  # chunks a strip
     lines: int  # strips
@@ -119,14 +121,18 @@ class ColumnsPlan(Plan):
         (xso, xsn) = layout.xs
         return (layout.outer, layout.n, layout.inner, xso, xsn, self.chunk, self.chunks, self.width)
 
+    @property
+    def template(self):
+        return (self.vec, self.steps)
+
     def workspace(self):
         return _workspace(self.lines, self.chunks, self.width * self.vec)
 
 
-def _chunks(length, lines, least, most, limits, tuning):
+def _chunks(length, lines, least, most, itemsize, limits, tuning):
     """Chunks of a line of `length` units: enough (line, chunk) items for reduce_item_waves
     full residencies, chunks of at least `least` and at most `most` units."""
-    resident = limits.sm_count * (THREADS_PER_SM // tuning.reduce_threads)
+    resident = limits.sm_count * _resident(itemsize, tuning.reduce_threads)
     wanted = math.ceil(tuning.reduce_item_waves * resident / lines)
     return max(math.ceil(length / most), min(wanted, math.ceil(length / least)), 1)
 
@@ -153,21 +159,21 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
                              stages=stages)
         step = threads * vec  # elements a block's batch round covers, per pack a thread
         chunks = _chunks(n, rows, step * t.reduce_min_chunk_steps, t.reduce_max_chunk_bytes // itemsize,
-                         limits, t)
+                         itemsize, limits, t)
         chunk = math.ceil(math.ceil(n / chunks) / vec) * vec
         chunks = math.ceil(n / chunk)
         return ChunksPlan(vec, _grid(rows * chunks, limits, t), threads, 0, chunk=chunk,
                           chunks=chunks, lines=rows)
     outer, n, inner = layout.outer, layout.n, layout.inner
     vec = min(vector_width(itemsize, (address,), layout.xs + (inner,)), t.reduce_columns_max_vec)
-    width = min(32, pow2_at_least(math.ceil(inner / vec)))
-    lanes = threads // width
-    lines = outer * math.ceil(inner / (width * vec))
-    chunks = _chunks(n, lines, lanes * t.reduce_min_chunk_steps, math.inf, limits, t)
+    width, lines = strips(outer, inner, vec, threads, t.reduce_columns_strip_cols)
+    lanes, steps = threads // width, t.reduce_column_steps
+    chunks = _chunks(n, lines, lanes * max(steps, t.reduce_min_chunk_steps), math.inf, itemsize,
+                     limits, t)
     chunk = math.ceil(n / chunks)
     chunks = math.ceil(n / chunk)
-    return ColumnsPlan(vec, _grid(lines * chunks, limits, t), threads, 0, width=width, chunk=chunk,
-                       chunks=chunks, lines=lines)
+    return ColumnsPlan(vec, _grid(lines * chunks, limits, t), threads, 0, width=width, steps=steps,
+                       chunk=chunk, chunks=chunks, lines=lines)
 
 
 def templates(itemsize, tuning):
@@ -181,4 +187,4 @@ def templates(itemsize, tuning):
             yield "reduce_lanes", (vec, lanes, per, at_once, depth)
         yield "reduce_chunks", (vec,)
         if vec <= tuning.reduce_columns_max_vec:
-            yield "reduce_columns", (vec,)
+            yield "reduce_columns", (vec, tuning.reduce_column_steps)

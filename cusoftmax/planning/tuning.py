@@ -104,14 +104,16 @@ class Tuning:
     reduce_lane_max_packs: int = 4  # packs a lane a round, streamed rows' too [reduce-4]
     reduce_lane_stages: int = 2  # steps in flight, shared memory: 48 KiB at 4 packs [reduce-4]
     reduce_lane_staged_lanes: int = 32  # fewer lanes a row: next step in registers [reduce-4]
-    reduce_lane_shifted: int = 1  # (CUDA) terms by exp_shifted: bfloat16 rows +3-9% [reduce-4]
+    reduce_shifted: int = 7  # (CUDA) exp_shifted terms: bits 1 lanes, 2 chunks, 4 columns [reduce-5]
     reduce_lane_min_packs: int = 2  # packs a lane at least: rows of 32-128 float32 1.5x [reduce-3]
     reduce_warp_rows_waves: int = 1  # rows a warp each, 1 residency at least [reduce-4]
     reduce_warp_max_bytes: int = 32 * 1024  # longer rows to blocks: 8192 float32 0.97 [reduce-2]
-    reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-1]
+    reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-5]
     reduce_min_chunk_steps: int = 4  # a chunk is at least 4 batch rounds of its block [reduce-1]
     reduce_max_chunk_bytes: int = 256 * 1024  # bytes a chunk of a row at most [reduce-1]
     reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled (ptxas) [reduce-1]
+    reduce_column_steps: int = 8  # steps of its columns a thread loads before it uses any [reduce-5]
+    reduce_columns_strip_cols: int = 64  # columns a block's strip [reduce-5]
     # vjp (backward passes; short rows take reduce_lane_* and reduce_waves)
     vjp_threads: int = 256  # (CUDA) threads a block [vjp-1]
     vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: vjp_chunks [vjp-1]
@@ -181,7 +183,7 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "SLAB_MAX_THREADS": tuning.slab_max_threads,
         "SLAB_SCRATCH": tuning.slab_scratch,
         "REDUCE_THREADS": tuning.reduce_threads,
-        "REDUCE_LANE_SHIFTED": tuning.reduce_lane_shifted,
+        "REDUCE_SHIFTED": tuning.reduce_shifted,
         "VJP_THREADS": tuning.vjp_threads,
         "VJP_COLUMNS_BLOCKS_PER_SM": tuning.vjp_columns_blocks_per_sm,
         "NORMALIZE_THREADS": tuning.normalize_threads,

@@ -117,7 +117,7 @@ def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
     if inner < t.columns_min_inner:
         return None
     vec = vector_width(itemsize, addresses, layout.xs)
-    width, lines = strips(outer, inner, vec, t.vjp_threads, t)
+    width, lines = strips(outer, inner, vec, t.vjp_threads, t.columns_strip_cols)
     chunk = max(1, t.vjp_columns_chunk_bytes // (width * vec * itemsize))
     chunks = math.ceil(n / chunk)
     grid, per_group = two_pass_grid(lines, chunks, t.vjp_columns_blocks_per_sm, t.vjp_group_waves,
