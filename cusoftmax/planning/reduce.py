@@ -131,10 +131,14 @@ class ColumnsPlan(Plan):
 
 def _chunks(length, lines, least, most, itemsize, limits, tuning):
     """Chunks of a line of `length` units: enough (line, chunk) items for reduce_item_waves
-    full residencies, chunks of at least `least` and at most `most` units."""
+    full residencies and no partial last one, chunks of at least `least` and at most `most`
+    units."""
     resident = limits.sm_count * _resident(itemsize, tuning.reduce_threads)
     wanted = math.ceil(tuning.reduce_item_waves * resident / lines)
-    return max(math.ceil(length / most), min(wanted, math.ceil(length / least)), 1)
+    chunks = max(math.ceil(length / most), min(wanted, math.ceil(length / least)), 1)
+    # as many more as fill the last wave (64 lines of 17 chunks in 528 slots: 24 chunks)
+    filled = math.ceil(lines * chunks / resident) * resident // lines
+    return max(chunks, min(filled, math.ceil(length / least)))
 
 
 def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
