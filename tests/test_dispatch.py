@@ -627,21 +627,22 @@ def test_reduce_plans_cover_every_row_and_axis():
 
     short = rows(2**20, 32)
     assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
-    # a row of 8 packs in 4 lanes of reduce_lane_min_packs = 2 packs, one row at a time, the
-    # next step in registers (fewer lanes than reduce_lane_staged_lanes)
-    assert short.kernel == "reduce_lanes" and short.template == (4, 4, 2, 1, 0) and short.workspace() is None
+    # a row of 8 packs in 2 lanes of float32's reduce_lane_min_packs = 4 packs, one row at a
+    # time, the next step in registers (fewer lanes than reduce_lane_staged_lanes)
+    assert short.kernel == "reduce_lanes" and short.template == (4, 2, 4, 1, 0) and short.workspace() is None
     assert short.smem == 0
+    assert rows(2**20, 32, 2).template == (8, 2, 2, 1, 0)  # bfloat16's 2 packs a lane at least
     assert rows(2**20, 4).template == (4, 1, 1, 2, 0)  # one pack: one lane, two rows at a time
+    assert rows(2**20, 256).template == (4, 16, 4, 1, 0) and rows(2**20, 256).smem == 0
     # a warp's 32 lanes: 2 steps in flight in a ring of 3 steps of 2 packs of 256 threads' 16 bytes
-    assert rows(2**20, 256).template == (4, 32, 2, 1, 2) and rows(2**20, 256).smem == 3 * 2 * 256 * 16
+    assert rows(2**20, 512, 2).template == (8, 32, 2, 1, 2) and rows(2**20, 512, 2).smem == 3 * 2 * 256 * 16
     assert rows(2**20, 33, 2).template[-1] == 1 and rows(2**20, 33, 2).smem == 0  # 2-byte packs
     # no more steps in flight than keep the launch bounds' 4 blocks an SM resident
-    deep = d.reduce_plan(rows_layout(2**20, 256), 4, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
+    deep = d.reduce_plan(rows_layout(2**20, 512), 2, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
     assert deep.stages == 6 and 4 * (deep.smem + 1024) <= H200.smem_per_sm < 4 * (deep.smem + 9216)
     assert short.ops == ("Plain", "LogSumExp")
     states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
     assert states == dataclasses.replace(short, ops=("Plain", "SliceState"))
-    assert rows(2**16, 256).template == (4, 32, 2, 1, 2)
     assert rows(2**16, 512).template == (4, 32, 4, 1, 2)  # up to reduce_lane_max_packs a lane
     assert rows(2**16, 2048).template == (4, 32, 4, 1, 2)  # streamed by a warp: many rows
     assert rows(2**16, 2048).smem == 3 * 4 * 256 * 16

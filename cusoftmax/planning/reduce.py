@@ -150,7 +150,7 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
     if layout.rows:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
-        shape = lanes_shape(math.ceil(n / vec), t, least=t.reduce_lane_min_packs)
+        shape = lanes_shape(math.ceil(n / vec), t, least=t.reduce_lane_min_packs[itemsize])
         warps = limits.sm_count * _resident(itemsize, threads) * threads // 32
         if shape is None and (rows >= t.reduce_warp_rows_waves * warps
                               and n * itemsize <= t.reduce_warp_max_bytes):
@@ -184,7 +184,7 @@ def templates(itemsize, tuning):
     """Every (kernel, template arguments) of the family for one element size (reduce_lanes with
     the steps in flight that a device of enough shared memory takes)."""
     for vec in vecs(itemsize):
-        shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs)
+        shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs[itemsize])
                   for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
         for lanes, per, at_once in sorted(shapes):
             depth = _lane_depth(lanes, itemsize * vec, tuning)
