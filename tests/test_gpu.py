@@ -698,7 +698,7 @@ def test_logsumexp_steps_in_flight_change_no_bit(dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_logsumexp_kernel_variants_against_scipy(variant, dtype):
     """The tuning's other kernels (terms by exp_shifted or fast_exp in each reduce kernel, steps
-    a column batch) give SciPy's answers too: columns with tails and chunks, long rows in
+    a column batch, columns a strip) give SciPy's answers too: columns with tails and chunks, long rows in
     chunks, rows in lanes, and the special lines."""
     rng = np.random.default_rng(12)
     with planning.use(dataclasses.replace(TUNING, **variant)):
