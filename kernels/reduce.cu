@@ -62,22 +62,16 @@ template <typename C> struct MCS {
         each([&](C v) { top = fmax(top, v); });
         raise(top);
         C cs = 0, ss = 0;
-        if constexpr (SHIFTED) {
-            with_shift(shift_ok(m), [&](auto shifted) {
-                constexpr bool BY_SHIFT = decltype(shifted)::value;
-                const C sh = shift_of(m);
-                each([&](C v) {  // x = m is counted, its term dropped
-                    const C e = exp_by<BY_SHIFT>(v, m, sh);
-                    if (v == m) cs += C(1); else ss += e;
-                });
-                if (BY_SHIFT) ss *= shift_fix(m);
-            });
-        } else {
-            each([&](C v) {  // x = m is counted, its term exp(0) dropped
-                const C e = fast_exp(v - m);
+        auto terms = [&](auto shifted) {
+            constexpr bool BY_SHIFT = decltype(shifted)::value;
+            const C sh = shift_of(m);
+            each([&](C v) {  // x = m is counted, its term dropped
+                const C e = exp_by<BY_SHIFT>(v, m, sh);
                 if (v == m) cs += C(1); else ss += e;
             });
-        }
+            if (BY_SHIFT) ss *= shift_fix(m);
+        };
+        if constexpr (SHIFTED) with_shift(shift_ok(m), terms); else terms(Shift<false>());
         c += acc_t(cs);
         s += acc_t(ss);
     }
