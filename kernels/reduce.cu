@@ -1,15 +1,10 @@
 // Reductions of each slice to one value (logsumexp): one read of every element, no write pass,
 // nothing held on chip but each thread's running state.
 //
-//   kernel (after Ld, Ep)        a slice by                       used for
-//   reduce_lanes<T, V, W, P, R,  W lanes of a warp (W <= 32), P   rows of up to 32 * P * V
-//                S>              packs a lane, R rows a group,    elements
-//                                S steps in flight
-//   reduce_chunks<T, V>          blocks, a chunk each, merged     longer rows, any length
-//                                through the workspace
-//   reduce_columns<T, V, S>      a strip of columns a block,      a strided reduced axis
-//                                S steps a batch, chunks of the
-//                                axis merged through the workspace
+//   reduce_lanes<T, V, W, P, R, S>  rows of up to 32 * P * V: W lanes a row, P packs a lane, R rows
+//                                   a group, S steps in flight
+//   reduce_chunks<T, V>             longer rows: a chunk a block, merged through the workspace
+//   reduce_columns<T, V, S>         a strided axis: a strip a block, S steps a batch, chunks merged
 //
 // The state of a slice is (m, c, s): its max m, the count c of its elements equal to m, and the
 // sum s of exp(x - m) over the others, so that Ep's value of it can take log(c) + log1p(s / c):
@@ -323,12 +318,10 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     }
 }
 
-// A strided reduced axis: element (o, k, i) at x + o * xso + k * xsn + i, i < inner contiguous;
-// V divides inner, xso, xsn and x's alignment, so a pack is wholly inside the axis or past it.
-// A block's threads are `width` packs of a strip of width * V columns by lanes = blockDim.x /
-// width steps; items (line = (o, strip), chunk of `chunk` steps) t, t + gridDim.x, ... Each
-// thread's V columns' states over its steps (S steps loaded, then each column's pushed), merged
-// over the lanes in lane order; a line of one chunk is written at once, else as reduce_chunks.
+// A strided reduced axis: element (o, k, i) at x + o * xso + k * xsn + i; V divides inner, xso,
+// xsn and x's alignment. A block is `width` packs of a strip by blockDim.x / width lanes of steps,
+// over items (line = (o, strip), chunk) t, t + gridDim.x, ...; a thread's V columns' states (S
+// steps loaded at once) merge over the lanes in order; one chunk is written, else as reduce_chunks.
 template <class Ld, class Ep, typename T, int V, int S>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_columns(const T* x, void* y, void* work, long long outer, long long n, long long inner,
