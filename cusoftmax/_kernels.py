@@ -83,7 +83,7 @@ def instantiations(clusters: bool = True):
             itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
             made = (planning.reduce_templates(itemsize) if op in planning.REDUCTIONS
                     else planning.vjp_templates(itemsize) if op in planning.VJPS
-                    else planning.templates(itemsize, clusters=clusters))
+                    else planning.templates(itemsize, clusters=clusters, load=load))
             if op in ("softmax", "log_softmax"):
                 made = [*made, *planning.normalize_templates(itemsize)]
                 if dtype_name in planning.TOPK_TYPES:

@@ -33,29 +33,18 @@ namespace csm {
 
 // Loads that know the element's place are taken by the registers family only
 // (planning.LOAD_KERNELS). MASKS: the load leaves some elements out; `row_at(row)` is a row's
-// mask, `load_at(v, r, col, cols)` loads a pack whose first element is column col of a row of
-// `cols` elements with mask r (columns outside [0, cols) are padding), and `kept(r, col)` says
-// whether an element was left in; where a row's max is not finite the kernel writes
-// Ep::masked() at the left-out places (elsewhere their -inf gives it already).
+// mask, `fetch<V>(r, col, cols)` reads the keep bytes of a pack whose first element is column
+// col of a row of `cols` elements with mask r (0 outside [0, cols): padding) into one word,
+// issued with the pack's own load so that both are in flight together, and `apply(v, w)` leaves
+// out the pack's elements whose byte is 0 and returns their bits (bit j: element j,
+// `left_out<V>(w)`); where a row's max is not finite the kernel writes Ep::masked() at those
+// places (elsewhere their -inf gives it already).
 template <class Ld> __device__ inline const unsigned char* mask_row(const Ld& ld, long long row) {
     if constexpr (Ld::MASKS)
         return ld.row_at(row);
     else
         return nullptr;
 }
-template <class Ld, int V, typename C>
-__device__ inline void load_at(const Ld& ld, C (&v)[V], const unsigned char* r, long long col, long long cols) {
-    if constexpr (Ld::MASKS)
-        ld.load_at(v, r, col, cols);
-    else
-        ld.load(v);
-}
-
-// x as it is in memory.
-struct Plain {
-    static constexpr bool BITS = true, MASKS = false;
-    template <int V, typename C> __device__ void load(C (&)[V]) const {}
-};
 
 // An unsigned integer of V bytes.
 template <int V> struct Bytes;
@@ -63,6 +52,44 @@ template <> struct Bytes<1> { using type = unsigned char; };
 template <> struct Bytes<2> { using type = unsigned short; };
 template <> struct Bytes<4> { using type = unsigned; };
 template <> struct Bytes<8> { using type = unsigned long long; };
+
+// What a load fetches beside a pack of V elements: the keep bytes (MASKS), else nothing.
+struct NoSide {};
+template <bool MASKS, int V> struct Side { using type = typename Bytes<V>::type; };
+template <int V> struct Side<false, V> { using type = NoSide; };
+template <class Ld, int V> using side_t = typename Side<Ld::MASKS, V>::type;
+template <class Ld, int V>
+__device__ inline side_t<Ld, V> fetch_side(const Ld& ld, const unsigned char* r, long long col, long long cols) {
+    if constexpr (Ld::MASKS)
+        return ld.template fetch<V>(r, col, cols);
+    else
+        return {};
+}
+// The bits of the elements of a pack that Ld leaves out (as load_side returns them).
+template <class Ld, int V>
+__device__ inline unsigned left_out(const Ld& ld, const unsigned char* r, long long col, long long cols) {
+    if constexpr (Ld::MASKS)
+        return Ld::template left_out<V>(ld.template fetch<V>(r, col, cols));
+    else
+        return 0;
+}
+// The pack v as Ld loads it, given what fetch_side fetched beside it: the bits of the elements
+// it left out (none but for MASKS).
+template <class Ld, int V, typename C> __device__ inline unsigned load_side(const Ld& ld, C (&v)[V], side_t<Ld, V> w) {
+    static_assert(V <= 32, "a pack's bits in one word");
+    if constexpr (Ld::MASKS) {
+        return ld.apply(v, w);
+    } else {
+        ld.load(v);
+        return 0;
+    }
+}
+
+// x as it is in memory.
+struct Plain {
+    static constexpr bool BITS = true, MASKS = false;
+    template <int V, typename C> __device__ void load(C (&)[V]) const {}
+};
 
 // x where a bool mask is true, -inf (left out) elsewhere: mask element of (row, col) at
 // m + (row / rdiv) * msr + col * msc (bytes): a mask broadcast over the rows in runs of rdiv
@@ -79,20 +106,32 @@ struct Masked {
                                                       : row / rdiv;
         return m + q * msr;
     }
-    __device__ bool kept(const unsigned char* r, long long col) const { return r[col * msc] != 0; }
-    // The pack's V mask bytes in one load where they lie together and aligned, else one by one.
-    template <int V, typename C> __device__ void load_at(C (&v)[V], const unsigned char* r, long long col, long long cols) const {
-        if (msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0) {
-            using W = typename Bytes<V>::type;
-            const W w = *reinterpret_cast<const W*>(r + col);
-#pragma unroll
-            for (int j = 0; j < V; ++j)
-                if (!((w >> (8 * j)) & 0xff)) v[j] = neg_inf<C>();
-            return;
-        }
+    // The pack's V keep bytes in one load where they lie together and aligned, else one by one.
+    template <int V> __device__ typename Bytes<V>::type fetch(const unsigned char* r, long long col, long long cols) const {
+        using W = typename Bytes<V>::type;
+        if (msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0)
+            return *reinterpret_cast<const W*>(r + col);
+        W w = 0;
 #pragma unroll
         for (int j = 0; j < V; ++j)
-            if (col + j >= 0 && col + j < cols && !r[(col + j) * msc]) v[j] = neg_inf<C>();
+            if (col + j >= 0 && col + j < cols && r[(col + j) * msc]) w |= W(1) << (8 * j);
+        return w;
+    }
+    template <int V, typename W> __device__ static unsigned left_out(W w) {
+        unsigned out = 0;
+#pragma unroll
+        for (int j = 0; j < V; ++j) out |= unsigned(((w >> (8 * j)) & 0xff) == 0) << j;
+        return out;
+    }
+    template <int V, typename C, typename W> __device__ unsigned apply(C (&v)[V], W w) const {
+        unsigned out = 0;
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+            if (!((w >> (8 * j)) & 0xff)) {
+                v[j] = neg_inf<C>();
+                out |= 1u << j;
+            }
+        return out;
     }
 };
 

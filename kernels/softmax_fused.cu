@@ -84,19 +84,17 @@ __device__ inline void sum_rows(C (&v)[RR][P][V], const C (&m)[RR], C (&d)[RR]) 
     }
 }
 
-// A pack's outputs at the places a masking load left out (Ld::MASKS): Ep::masked() there where
-// the row's max m is not finite (a row left out whole, or holding +inf) or its constant k is NaN
-// (a row holding NaN, which the max passes over); elsewhere their -inf already gave it. `col`:
-// the pack's first column (as load_at).
-template <class Ld, class Ep, int V, typename C>
-__device__ inline void masked_writes(const Ld& ld, C (&v)[V], C m, C k, long long row, long long col,
-                                     long long cols) {
+// A pack's outputs at the places a masking load left out (Ld::MASKS; bit j of `out()`: element
+// j): Ep::masked() there where the row's max m is not finite (a row left out whole, or holding
+// +inf) or its constant k is NaN (a row holding NaN, which the max passes over); elsewhere their
+// -inf already gave it.
+template <class Ld, class Ep, int V, typename C, class Out> __device__ inline void masked_writes(C (&v)[V], C m, C k, Out&& out) {
     if constexpr (Ld::MASKS) {
         if (!(fabs(m) < -neg_inf<C>()) || k != k) {
-            const unsigned char* r = ld.row_at(row);
+            const unsigned left = out();
 #pragma unroll
             for (int j = 0; j < V; ++j)
-                if (col + j >= 0 && col + j < cols && !ld.kept(r, col + j)) v[j] = Ep::template masked<C>();
+                if (left >> j & 1) v[j] = Ep::template masked<C>();
         }
     }
 }
@@ -122,39 +120,42 @@ __device__ inline void short_rows(const Ld& ld, const T* x, T* y, long long rows
     // never written) and its head in x.
     auto row_of = [&](long long first, int r) { return min(first + (long long)r * groups + group, rows - 1); };
     auto head_in = [&](long long row) { return SPAN ? head_of(x + row * ldx) : 0; };
-    auto load = [&](long long first, word_t<T, V>(&raw)[R][P]) {
+    auto load = [&](long long first, word_t<T, V>(&raw)[R][P], side_t<Ld, V>(&side)[R][P]) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const long long row = row_of(first, r);
             const int head = head_in(row), end = head + cols;
             const T* xr = x + row * ldx - head;
             const bool whole = SPAN && span_whole<T>(row, rows, ldx);
+            const unsigned char* mr = mask_row(ld, row);
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 const int c = (p * W + sub) * V;
                 raw[r][p] = SPAN ? load_span_word<T, V>(xr, c, end, head, whole)
                                  : load_row_word<T, V>(xr, c, end, neg_inf<C>());
+                side[r][p] = fetch_side<Ld, V>(ld, mr, c - head, cols);
             }
         }
     };
     word_t<T, V> raw[R][P];  // as words: see load_row_word
+    side_t<Ld, V> side[R][P];
     long long first = warp * groups * R;
-    if (first < rows) load(first, raw);
+    if (first < rows) load(first, raw, side);
+    static_assert(P * V <= 32, "a row's left-out bits in a word a lane");
     for (; first < rows; first += stride) {
         C v[R][P][V], m[R], d[R];
+        unsigned out[R] = {};  // left out by the load: bit p * V + j of pack p's element j
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const long long row = row_of(first, r);
-            const int head = head_in(row);
-            const unsigned char* mr = mask_row(ld, row);
+            const int head = head_in(row_of(first, r));
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 unpack_word<T, V>(raw[r][p], v[r][p]);
-                load_at(ld, v[r][p], mr, (p * W + sub) * V - head, cols);
+                out[r] |= load_side(ld, v[r][p], side[r][p]) << (p * V);
                 if constexpr (SPAN) mask_span<V>(v[r][p], (p * W + sub) * V, head, head + cols);
             }
         }
-        load(first + stride, raw);  // past the end: the last row again, unused
+        load(first + stride, raw, side);  // past the end: the last row again, unused
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             m[r] = neg_inf<C>();
@@ -182,7 +183,7 @@ __device__ inline void short_rows(const Ld& ld, const T* x, T* y, long long rows
             for (int p = 0; p < P; ++p) {
 #pragma unroll
                 for (int j = 0; j < V; ++j) v[r][p][j] = apply_kept<Ep>(v[r][p][j], m[r], k);
-                masked_writes<Ld, Ep>(ld, v[r][p], m[r], k, row, (p * W + sub) * V - head, cols);
+                masked_writes<Ld, Ep>(v[r][p], m[r], k, [&] { return out[r] >> (p * V); });
                 store_row_pack<T, V, SPAN>(yr, (p * W + sub) * V, end, v[r][p], head);
             }
         }
@@ -210,13 +211,20 @@ __device__ inline void wide_rows(const Ld& ld, const T* x, T* y, long long rows,
         const bool whole = WHOLE && span_whole<T>(row, rows, ldx);
         C v[1][P][V], m[1], d[1];
         const unsigned char* mr = mask_row(ld, row);
+        word_t<T, V> raw[P];
+        side_t<Ld, V> side[P];
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             const int c = (p * lanes + t) * V;
-            unpack_word<T, V>(WHOLE ? load_span_word<T, V>(xr, c, end, head, whole)
-                                    : load_row_word<T, V, SPAN>(xr, c, end, neg_inf<C>(), head), v[0][p]);
-            load_at(ld, v[0][p], mr, c - head, cols);
-            if constexpr (WHOLE) mask_span<V>(v[0][p], c, head, end);
+            raw[p] = WHOLE ? load_span_word<T, V>(xr, c, end, head, whole)
+                           : load_row_word<T, V, SPAN>(xr, c, end, neg_inf<C>(), head);
+            side[p] = fetch_side<Ld, V>(ld, mr, c - head, cols);
+        }
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            unpack_word<T, V>(raw[p], v[0][p]);
+            load_side(ld, v[0][p], side[p]);
+            if constexpr (WHOLE) mask_span<V>(v[0][p], (p * lanes + t) * V, head, end);
         }
         C mine = neg_inf<C>();
 #pragma unroll
@@ -233,17 +241,18 @@ __device__ inline void wide_rows(const Ld& ld, const T* x, T* y, long long rows,
         for (int p = 0; p < P; ++p) {
 #pragma unroll
             for (int j = 0; j < V; ++j) v[0][p][j] = apply_kept<Ep>(v[0][p][j], m[0], k);
-            masked_writes<Ld, Ep>(ld, v[0][p], m[0], k, row, (p * lanes + t) * V - head, cols);
+            masked_writes<Ld, Ep>(v[0][p], m[0], k, [&] {  // fetched again: registers are few here
+                return left_out<Ld, V>(ld, mask_row(ld, row), (p * lanes + t) * V - head, cols);
+            });
             store_row_pack<T, V, SPAN>(yr, (p * lanes + t) * V, end, v[0][p], head);
         }
     }
 }
 
 // Blocks of wide rows resident an SM by their bounds: two of 1024 threads (at most 32 registers
-// a thread) for 16-byte packs of types of up to 4 bytes, else one: fewer registers spill [kernels-3].
-// A masking load takes one (its mask's address and strides spilled up to 1240 bytes at 32
-// registers, ptxas sm_90).
-template <typename T, int V> constexpr int WIDE_BLOCKS = sizeof(T) < 8 && sizeof(T) * V == 16 ? 2 : 1;
+// a thread) for 16-byte packs of types of up to 4 bytes, 16 values a thread, else one: fewer
+// registers spill [kernels-3]. A masking load's rows hold 32 values a thread [registers-13].
+template <typename T, int V, int P> constexpr int WIDE_BLOCKS = sizeof(T) < 8 && sizeof(T) * V == 16 && P * V <= 16 ? 2 : 1;
 
 // Wide rows of 16-byte packs walk rows in their spans (aligned rows: head 0), but half types'
 // aligned rows take the plain path by a branch per launch: faster there, slower for float32 [kernels-4].
@@ -254,7 +263,7 @@ template <typename T> constexpr bool WIDE_PLAIN = sizeof(T) == 2;
 // most 1024 * P * V elements, so column offsets fit an int). Short rows state no blocks an SM (0):
 // ptxas lays out their code better than with an explicit 1 [kernels-5].
 template <class Ld, class Ep, typename T, int V, int P, int R, int W>
-__global__ void __launch_bounds__(R ? CSM_SHORT_ROWS_THREADS : 1024, R ? 0 : Ld::MASKS ? 1 : WIDE_BLOCKS<T, V>)
+__global__ void __launch_bounds__(R ? CSM_SHORT_ROWS_THREADS : 1024, R ? 0 : WIDE_BLOCKS<T, V, P>)
     registers(const T* x, T* y, long long rows, int cols, long long ldx, long long ldy,
                       int width, const Ld ld) {
     static_assert((R == 0) == (W == 0), "short rows name their lanes, wide rows take `width`");

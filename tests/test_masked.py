@@ -49,7 +49,7 @@ def _check(y, x, where, op, dtype):
 @requires_gpu
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64], ids=str)
-@pytest.mark.parametrize("n", [1, 7, 32, 100, 513, 1000, 4096, 16384])
+@pytest.mark.parametrize("n", [1, 7, 32, 100, 513, 1000, 4096, 16384, 16385, 32768])
 def test_masks_in_the_registers_kernels(op, dtype, n):
     import cupy
 
@@ -63,11 +63,14 @@ def test_masks_in_the_registers_kernels(op, dtype, n):
     a[2, 3, n // 3] = np.nan
     x = cupy.asarray(a)
     masks = {"full": rng.random((b, h, n)) < 0.6, "padding": rng.random((b, 1, n)) < 0.7,
-             "columns": rng.random(n) < 0.5}
+             "columns": rng.random(n) < 0.5,
+             # rows one byte off their alignment: the keep bytes read one by one
+             "unaligned": (rng.random((b, h, n + 1)) < 0.6)[..., 1:]}
     masks["full"][0, 0] = False  # a whole row left out
     masks["full"][1, 2, : n // 2 + 1] = False  # a row of -inf, partly left out
     for name, mask in masks.items():
-        m = cupy.asarray(mask)
+        m = cupy.asarray(np.ascontiguousarray(mask)) if name != "unaligned" else cupy.asarray(
+            np.ascontiguousarray(np.pad(mask, ((0, 0), (0, 0), (1, 0)))))[..., 1:]
         c = _api.prepare(x, -1, None, None, op)
         y = _api.masked(c, m, op)
         assert y is not None, name  # the kernels took it

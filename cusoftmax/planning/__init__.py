@@ -69,7 +69,8 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=N
     again."""
     if method not in (None, *METHODS):
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
-    return _computing(op, load, _choose(layout, itemsize, addresses, limits, method, tuning))
+    t = (_active if tuning is None else tuning).for_load(load)
+    return _computing(op, load, _choose(layout, itemsize, addresses, limits, method, t))
 
 
 def _computing(op: str, load: str, chosen: Plan | None) -> Plan | None:
@@ -87,7 +88,7 @@ def _computing(op: str, load: str, chosen: Plan | None) -> Plan | None:
 def _choose(layout, itemsize, addresses, limits, method, tuning):
     if layout is None:
         return None
-    case = Case(layout, itemsize, addresses, limits, _active if tuning is None else tuning)
+    case = Case(layout, itemsize, addresses, limits, tuning)
     if method is not None:
         entry = _BY_METHOD[method]
         return entry.family.plan(case, forced=True) if entry.strided or layout.rows else None
@@ -154,11 +155,11 @@ def topk_templates(itemsize: int, tuning: Tuning = TUNING):
     yield from topk.templates(itemsize, tuning)
 
 
-def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING):
+def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING, load: str = "Plain"):
     """Every (kernel, template arguments) the policy can emit for one element size
-    (``clusters``: include the cluster kernels, which need sm_90)."""
+    (``clusters``: include the cluster kernels, which need sm_90) and load functor."""
     for entry in ORDER:
-        yield from entry.family.templates(itemsize, clusters, tuning)
+        yield from entry.family.templates(itemsize, clusters, tuning.for_load(load))
 
 
 _active = TUNING

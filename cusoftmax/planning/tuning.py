@@ -7,7 +7,7 @@ Beside each field: the reason in one line and the record that chose it (``docs/t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class BySize(dict):
@@ -38,6 +38,9 @@ class Tuning:
     registers_short_threads: int = 128  # (CUDA) short rows' __launch_bounds__ [registers-8]
     warp_lane_values: int = 16  # rows per lane group for about 16 values a lane [registers-9]
     warp_max_rows: int = 4  # rows per lane group at most [registers-9]
+    # a masking load's short rows (their keep words held too): rows of 32 +15-19% [registers-13]
+    masked_lane_values: int = 8
+    masked_wide_values: int = 32  # its wide rows: to 32768 elements in a block [registers-13]
     warp_lane_values_float64_one_pack: int = 4  # float64, a pack a lane: 4 won [registers-10]
     warp_waves: int = 8  # full residencies of the looped grids [registers-11]
     registers_float32_waves: int = 16  # float32 16-byte packs: 0.2-2% faster [registers-12]
@@ -149,6 +152,17 @@ class Tuning:
             values = tuple(getattr(self, name) for name in self.__dataclass_fields__)
             object.__setattr__(self, "_hash", hash(values))
         return self.__dict__["_hash"]
+
+    def for_load(self, load: str) -> Tuning:
+        """The tuning a load functor's kernels are planned with: the Masked load's rows take
+        masked_lane_values values a lane (short rows) and masked_wide_values (wide rows)."""
+        if load != "Masked":
+            return self
+        memo = self.__dict__.setdefault("_for_load", {})
+        if load not in memo:
+            memo[load] = replace(self, warp_lane_values=self.masked_lane_values,
+                                 registers_wide_values=self.masked_wide_values)
+        return memo[load]
 
     @property
     def short_cols(self) -> int:
