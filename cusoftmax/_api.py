@@ -125,7 +125,7 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     all NaN, and -inf entries of other slices give 0 (with `where`: among the positions left
     in). GPU work runs on CuPy's current stream. A scalar `scale`, positive and finite in the
     compute type, is applied by the kernels as they load `x`. `where` without `scale` is read by
-    the kernels for rows along the last axis of a C-contiguous `x` of up to 16,384 elements, with
+    the kernels for rows along the last axis of a C-contiguous `x` of up to 32,768 elements, with
     a mask of `x`'s shape or one broadcast over a block of the leading axes (``(n,)``,
     ``(batch, 1, ..., 1, n)``); other masks and scales are computed by array operations.
     Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when

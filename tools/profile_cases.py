@@ -1,7 +1,9 @@
 """One call of cusoftmax per case, for a profiler: `ncu ... python3 tools/profile_cases.py`.
 
 Cases are 'dtype:rows:cols:axis' arguments (default: one per kernel family at 2**26 elements);
-'topk dtype:rows:cols:k ...' runs softmax_topk of the last axis instead (as run s32-3)."""
+'topk dtype:rows:cols:k ...' runs softmax_topk of the last axis instead (as run s32-3);
+'op OP dtype:rows:cols:axis ...' runs the function OP (logsumexp, log_softmax, ...) once a
+case."""
 
 import sys
 
@@ -15,7 +17,7 @@ DEFAULT = ["bfloat16:2097152:32:-1", "bfloat16:262144:256:-1", "float32:64:10485
            "bfloat16:128:524288:-1", "float32:4096:16384:0", "bfloat16:16384:4096:0"]
 
 
-def main(cases, topk=False):
+def main(cases, topk=False, op="softmax"):
     for case in cases:
         name, rows, cols, last = case.split(":")
         dtype = _dtype(cupy, name)
@@ -23,7 +25,7 @@ def main(cases, topk=False):
         if topk:
             cusoftmax.softmax_topk(x, int(last))
         else:
-            cusoftmax.softmax(x, axis=int(last))
+            getattr(cusoftmax, op)(x, axis=int(last))
         cupy.cuda.Device().synchronize()
         print("ran", case, flush=True)
 
@@ -60,5 +62,7 @@ if __name__ == "__main__":
         host_breakdown()
     elif sys.argv[1:2] == ["topk"]:
         main(sys.argv[2:], topk=True)
+    elif sys.argv[1:2] == ["op"]:
+        main(sys.argv[3:] or DEFAULT, op=sys.argv[2])
     else:
         main(sys.argv[1:] or DEFAULT)
