@@ -64,9 +64,9 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=N
     """The plan for one call. ``layout`` comes from ``_layout.collapse`` (None when the strides
     allow no [outer][n][inner] view); ``addresses`` are the input's and output's data addresses
     (modulo 16 is enough); ``tuning``: the active one (``use``) by default; ``op``: the operation
-    (``EPILOGUES``) and ``load`` (``LOADS``) change the kernels' epilogue and load functor and
-    nothing of the plan. None means: make a contiguous copy with the reduced axes last, then plan
-    again."""
+    (``EPILOGUES``) and ``load`` (``LOADS``) change the kernels' epilogue and load functor, and
+    the plan only through ``Tuning.for_load`` (the Masked load's rows: values a lane of their own).
+    None means: make a contiguous copy with the reduced axes last, then plan again."""
     if method not in (None, *METHODS):
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
     t = (_active if tuning is None else tuning).for_load(load)
