@@ -38,9 +38,10 @@ class Tuning:
     registers_short_threads: int = 128  # (CUDA) short rows' __launch_bounds__ [registers-8]
     warp_lane_values: int = 16  # rows per lane group for about 16 values a lane [registers-9]
     warp_max_rows: int = 4  # rows per lane group at most [registers-9]
-    # a masking load's short rows (their keep words held too): rows of 32 +15-19% [registers-13]
+    # a masking load's short rows (their keep words held too): rows of 32 +8-19% [registers-13]
     masked_lane_values: int = 8
-    masked_wide_values: int = 32  # its wide rows: to 32768 elements in a block [registers-13]
+    # its wide rows: to 32768 elements a block; 16384 at 0.92-0.98 of copy, 16: 0.75-0.91 [registers-13]
+    masked_wide_values: int = 32
     warp_lane_values_float64_one_pack: int = 4  # float64, a pack a lane: 4 won [registers-10]
     warp_waves: int = 8  # full residencies of the looped grids [registers-11]
     registers_float32_waves: int = 16  # float32 16-byte packs: 0.2-2% faster [registers-12]
