@@ -73,7 +73,6 @@ __device__ inline unsigned left_out(const Ld& ld, const unsigned char* r, long l
 // The pack v as Ld loads it, given what fetch_side fetched beside it: the bits of the elements
 // it left out (none but for MASKS).
 template <class Ld, int V, typename C> __device__ inline unsigned load_side(const Ld& ld, C (&v)[V], side_t<Ld, V> w) {
-    static_assert(V <= 32, "a pack's bits in one word");
     if constexpr (Ld::MASKS) {
         return ld.apply(v, w);
     } else {

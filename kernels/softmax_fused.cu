@@ -191,13 +191,10 @@ __device__ inline void short_rows(const Ld& ld, const T* x, T* y, long long rows
 }
 
 // Rows of more than 32 lanes: a row a block (lanes = blockDim.x, a multiple of 32), rows
-// blockIdx.x, blockIdx.x + gridDim.x, ...; lane t holds packs t, t + lanes, ... (P of them).
-// The two reductions meet at one barrier each, in scratch areas of their own. SPAN: rows in the
-// 16-byte packs of their aligned spans (head_of), lanes * P * V >= cols + V - 1.
-// Wide rows of half types read their spans' first and last packs whole (load_span_word); the
-// others take element loads there: float32's wide rows would spill 40 bytes under their bound
-// of 32 registers (ptxas, sm_90). The half types' spill 4 bytes, in the branch of a partial
-// pack's element stores [kernels-2].
+// blockIdx.x, blockIdx.x + gridDim.x, ...; lane t holds packs t, t + lanes, ... (P of them); the
+// two reductions meet at one barrier each. SPAN: rows in their aligned spans' 16-byte packs
+// (lanes * P * V >= cols + V - 1), whose edge packs half types read whole and float32 by
+// elements (whole ones spill at its 32 registers) [kernels-2].
 template <class Ld, class Ep, typename T, int V, int P, bool SPAN>
 __device__ inline void wide_rows(const Ld& ld, const T* x, T* y, long long rows, int cols, long long ldx,
                                  long long ldy) {

@@ -158,8 +158,9 @@ def topk_templates(itemsize: int, tuning: Tuning = TUNING):
 def templates(itemsize: int, clusters: bool = True, tuning: Tuning = TUNING, load: str = "Plain"):
     """Every (kernel, template arguments) the policy can emit for one element size
     (``clusters``: include the cluster kernels, which need sm_90) and load functor."""
+    planned = tuning.for_load(load)
     for entry in ORDER:
-        yield from entry.family.templates(itemsize, clusters, tuning.for_load(load))
+        yield from entry.family.templates(itemsize, clusters, planned)
 
 
 _active = TUNING
