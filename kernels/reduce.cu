@@ -30,6 +30,12 @@ constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it
 template <typename T> constexpr int REDUCE_BLOCKS = HALF_RESIDENT<T, REDUCE_THREADS>;  // launch bounds
 static_assert(REDUCE_THREADS % 32 == 0 && REDUCE_THREADS <= 1024, "whole warps, one block");
 
+// The largest of m and the values that each(f) passes to f (fmax: NaN ignored).
+template <class Each, typename C> __device__ inline C max_of(const Each& each, C m) {
+    each([&](C v) { m = fmax(m, v); });
+    return m;
+}
+
 // (m, c, s), identity (-inf, 0, 0). fmax ignores NaN, so a NaN element goes to s and makes it
 // NaN; elements equal to m are counted, never exp'd, whatever m is (-inf and +inf included, so a
 // slice of -inf is (-inf, n, 0) and one holding +inf has c > 0 and s 0 or NaN).
@@ -53,9 +59,7 @@ template <typename C> struct MCS {
     // passes shift_ok, the batch's sum then times shift_fix(m) (one MUFU more a batch); else
     // fast_exp(v - m).
     template <bool SHIFTED = false, typename Each> __device__ void push(Each&& each) {
-        C top = m;
-        each([&](C v) { top = fmax(top, v); });
-        raise(top);
+        raise(max_of(each, m));
         C cs = 0, ss = 0;
         auto terms = [&](auto shifted) {
             constexpr bool BY_SHIFT = decltype(shifted)::value;
@@ -86,6 +90,19 @@ template <typename C> __device__ inline MCS<C> group_merge(MCS<C> s, int width) 
     s.c = group_reduce(s.c, width, SumOp());
     s.s = group_reduce(s.s, width, SumOp());
     return s;
+}
+
+// group_merge with the counts and sums taken in the compute type C, for reduce_lanes' rows (of
+// reduce_warp_max_bytes at most: float counts exact): a float tree of 32 lanes' sums errs by
+// some 4e-7 of the sum, inside float types' bounds, for half the shuffles and no double math.
+template <typename C> __device__ inline MCS<C> lanes_merge(const MCS<C>& s, int width) {
+    const C top = group_reduce(s.m, width, MaxOp());
+    C c = C(s.c), t = C(s.s);
+    if (top != s.m) {  // as MCS::raise
+        t = (t + c) * fast_exp(s.m - top);
+        c = 0;
+    }
+    return {top, acc_t(group_reduce(c, width, SumOp())), acc_t(group_reduce(t, width, SumOp()))};
 }
 
 // The block's state on every thread: each warp's by shuffles, then warp 0's lanes take the
@@ -137,6 +154,19 @@ template <class Ld, typename T, int V, int P> struct Words {
         }
     }
 };
+// max_of a walk of words: each pack's max on its bits (pack_max; a load that runs here is
+// monotone, ops.cuh), so that no pack's values stay unpacked between MCS::push's two walks.
+template <class Ld, typename T, int V, int P>
+__device__ inline compute_t<T> max_of(const Words<Ld, T, V, P>& each, compute_t<T> m) {
+    static_assert(!Ld::MASKS, "a load that leaves elements out has no max on bits");
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        Pack<T, V> v;
+        memcpy(&v, &each.w[p], sizeof v);
+        m = fmax(m, one(each.ld, pack_max(v)));
+    }
+    return m;
+}
 template <class Ld, typename T, int V, int P> __device__ inline Words<Ld, T, V, P> words(const Ld& ld, const word_t<T, V> (&w)[P]) {
     return {ld, w};
 }
@@ -266,7 +296,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         for (int r = 0; r < R; ++r) {
             s[r].template push<LANES_SHIFTED>(words<Ld, T, V>(ld, raw[r]));
             if (u.b + 1 == rounds) {
-                const MCS<C> m = group_merge(s[r], W);
+                const MCS<C> m = lanes_merge(s[r], W);
                 const long long row = u.t + (long long)r * G + group;
                 if (sub == 0 && row < rows) put_value<Ep, T>(y, row, m);
                 s[r] = MCS<C>::identity();

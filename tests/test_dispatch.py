@@ -631,15 +631,16 @@ def test_reduce_plans_cover_every_row_and_axis():
     # time, the next step in registers (fewer lanes than reduce_lane_staged_lanes)
     assert short.kernel == "reduce_lanes" and short.template == (4, 2, 4, 1, 0) and short.workspace() is None
     assert short.smem == 0
-    assert rows(2**20, 32, 2).template == (8, 2, 2, 1, 0)  # bfloat16's 2 packs a lane at least
+    assert rows(2**20, 32, 2).template == (8, 1, 4, 1, 0)  # bfloat16's too: a lane a row
     assert rows(2**20, 4).template == (4, 1, 1, 2, 0)  # one pack: one lane, two rows at a time
     assert rows(2**20, 256).template == (4, 16, 4, 1, 0) and rows(2**20, 256).smem == 0
-    # a warp's 32 lanes: 2 steps in flight in a ring of 3 steps of 2 packs of 256 threads' 16 bytes
-    assert rows(2**20, 512, 2).template == (8, 32, 2, 1, 2) and rows(2**20, 512, 2).smem == 3 * 2 * 256 * 16
-    assert rows(2**20, 33, 2).template[-1] == 1 and rows(2**20, 33, 2).smem == 0  # 2-byte packs
+    # a warp's 32 lanes: 2 steps in flight in a ring of 3 steps of 4 packs of 256 threads' 16 bytes
+    assert rows(2**20, 512, 2).template == (8, 16, 4, 1, 0) and rows(2**20, 512, 2).smem == 0
+    assert rows(2**20, 1024, 2).template == (8, 32, 4, 1, 2) and rows(2**20, 1024, 2).smem == 3 * 4 * 256 * 16
+    assert rows(2**20, 65, 2).template == (1, 32, 4, 1, 1) and rows(2**20, 65, 2).smem == 0  # 2-byte packs
     # no more steps in flight than keep the launch bounds' 4 blocks an SM resident
-    deep = d.reduce_plan(rows_layout(2**20, 512), 2, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
-    assert deep.stages == 6 and 4 * (deep.smem + 1024) <= H200.smem_per_sm < 4 * (deep.smem + 9216)
+    deep = d.reduce_plan(rows_layout(2**20, 1024), 2, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
+    assert deep.stages == 2 and 4 * (deep.smem + 1024) <= H200.smem_per_sm < 4 * (deep.smem + 16384 + 1024)
     assert short.ops == ("Plain", "LogSumExp")
     states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
     assert states == dataclasses.replace(short, ops=("Plain", "SliceState"))

@@ -109,8 +109,8 @@ class Tuning:
     reduce_lane_stages: int = 2  # steps in flight, shared memory: 48 KiB at 4 packs [reduce-4]
     reduce_lane_staged_lanes: int = 32  # fewer lanes a row: next step in registers [reduce-4]
     reduce_shifted: int = 7  # (CUDA) exp_shifted terms: bits 1 lanes, 2 chunks, 4 columns [reduce-5]
-    # packs a lane at least: float32 rows of 64-256 +17-37% at 4; bfloat16's 4 spill [reduce-5]
-    reduce_lane_min_packs: BySize = BySize({2: 2, 4: 4, 8: 2})
+    # packs a lane at least: float32 rows of 64-256 +17-37% [reduce-5], bfloat16 32-512 +16-20% [reduce-6]
+    reduce_lane_min_packs: BySize = BySize({2: 4, 4: 4, 8: 2})
     reduce_warp_rows_waves: int = 1  # rows a warp each, 1 residency at least [reduce-4]
     reduce_warp_max_bytes: int = 32 * 1024  # longer rows to blocks: 8192 float32 0.97 [reduce-2]
     reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-5]
