@@ -28,6 +28,7 @@ FILES = {
     "reduce_chunks": "reduce.cu",
     "reduce_columns": "reduce.cu",
     "vjp_lanes": "vjp.cu",
+    "vjp_hold": "vjp.cu",
     "vjp_block": "vjp.cu",
     "vjp_chunks": "vjp.cu",
     "vjp_columns": "vjp.cu",

@@ -567,9 +567,10 @@ __device__ inline void unpack(const Pack<T, V>& p, C (&out)[V]) {
 
 // Stages the pack at `src` in shared memory at `dst`, the data's elements being those of the
 // pack from `lo` (SPAN; else 0) to `left` - 1: an asynchronous copy when the whole pack is
-// inside (packs of 4 bytes or more), else element loads with -inf outside, stored at once.
+// inside (packs of 4 bytes or more), else element loads with `fill` (-inf) outside, stored at once.
 template <typename T, int V, bool SPAN = false>
-__device__ inline void stage_pack(T* dst, const T* src, long long left, long long lo = 0) {
+__device__ inline void stage_pack(T* dst, const T* src, long long left, long long lo = 0,
+                                  compute_t<T> fill = neg_inf<compute_t<T>>()) {
     constexpr int PB = sizeof(T) * V;  // bytes per pack
     if constexpr (PB >= 4) {
         if ((!SPAN || lo <= 0) && left >= V) {
@@ -577,7 +578,7 @@ __device__ inline void stage_pack(T* dst, const T* src, long long left, long lon
             return;
         }
     }
-    store_pack<T, V>(dst, load_row_bits<T, V, SPAN>(src, 0LL, left, neg_inf<compute_t<T>>(), lo));
+    store_pack<T, V>(dst, load_row_bits<T, V, SPAN>(src, 0LL, left, fill, lo));
 }
 
 // Stores a pack at column c of a row of `cols` elements: one vector store when it is whole

@@ -1,13 +1,14 @@
 // Backward passes of softmax and log_softmax: dx from y and dy by each slice's sum s of
 // Ep::term(y, dy) (ops.cuh), summed in the compute type within a thread's packs, then in double.
 // Rows of n contiguous elements: vjp_lanes (a row in a warp's lanes, 1 read of y and dy),
-// vjp_block (a block a row) and vjp_chunks (few rows, in chunks), 2 reads; a strided axis:
+// vjp_block (a block a row) and vjp_chunks (few rows, in chunks), 2 reads, vjp_hold (a block a
+// row held on chip: y in registers, dy in shared memory), 1 read; a strided axis:
 // vjp_columns, 2 reads (docs/design.md). Ld loads both arrays.
 #include "common.cuh"
 #include "ops.cuh"
 
-#if !defined(CSM_VJP_THREADS) || !defined(CSM_VJP_COLUMNS_BLOCKS_PER_SM)
-#error "vjp.cu needs -DCSM_VJP_THREADS and -DCSM_VJP_COLUMNS_BLOCKS_PER_SM from the loader"
+#if !defined(CSM_VJP_THREADS) || !defined(CSM_VJP_COLUMNS_BLOCKS_PER_SM) || !defined(CSM_VJP_HOLD_THREADS)
+#error "vjp.cu needs -DCSM_VJP_THREADS, -DCSM_VJP_COLUMNS_BLOCKS_PER_SM and -DCSM_VJP_HOLD_THREADS from the loader"
 #endif
 
 namespace csm {
@@ -17,6 +18,7 @@ constexpr int VJP_BATCH = 4;  // packs of each array a thread loads before any i
 static_assert(VJP_THREADS % 32 == 0 && VJP_THREADS <= 1024, "whole warps, one block");
 template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>;  // launch bounds
 constexpr int VJP_COLUMNS_BLOCKS = CSM_VJP_COLUMNS_BLOCKS_PER_SM;  // vjp_columns' launch bounds
+constexpr int VJP_HOLD_THREADS = CSM_VJP_HOLD_THREADS;  // vjp_hold's threads a block at most
 
 // A pack's two inputs as Ld loads them, and the row's terms of them added to `part`.
 template <class Ld, class Ep, typename T, int V, typename C>
@@ -130,6 +132,48 @@ __global__ void __launch_bounds__(VJP_THREADS, VJP_BLOCKS<T>)
         const acc_t sum = vjp_run_sum<Ld, Ep, T, V>(ld, y + at, dy + at, n);
         const C s = C(block_reduce_once(sum, scratch[turn], SumOp()));
         vjp_run_write<Ld, Ep, T, V>(ld, y + at, dy + at, dx + at, n, s);
+    }
+}
+
+// A row a block, held: this thread's N packs of y in registers and of dy in its own slots of
+// shared memory ([N][blockDim.x] packs, staged by cp.async), so that y and dy are read once
+// (rows of up to blockDim.x * N * V elements: 128 KiB of each array at 1024 threads, N = 8 and
+// 16-byte packs).
+template <class Ld, class Ep, typename T, int V, int N>
+__global__ void __launch_bounds__(VJP_HOLD_THREADS, 1)
+    vjp_hold(const T* y, const T* dy, T* dx, long long rows, long long n, const Ld ld) {
+    using C = compute_t<T>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    word_t<T, V>* const slot = reinterpret_cast<word_t<T, V>*>(smem) + threadIdx.x;  // pack p: p * blockDim.x
+    __shared__ acc_t scratch[2][32];
+    int turn = 0;
+    const int step = int(blockDim.x) * V;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x, turn ^= 1) {
+        const long long at = row * n;
+        word_t<T, V> wy[N];
+#pragma unroll
+        for (int p = 0; p < N; ++p) {
+            const long long c = threadIdx.x * V + (long long)p * step;
+            wy[p] = load_row_word<T, V>(y + at, c, n, C(0));
+            stage_pack<T, V>(reinterpret_cast<T*>(slot + p * blockDim.x), dy + at + c, n - c, 0, C(0));
+        }
+        copy_commit();
+        copy_wait_pending(0);
+        C part = 0;
+#pragma unroll
+        for (int p = 0; p < N; ++p) {
+            C yv[V], gv[V];
+            vjp_terms<Ld, Ep, T, V>(ld, wy[p], slot[p * blockDim.x], yv, gv, part);
+        }
+        const C s = C(block_reduce_once(acc_t(part), scratch[turn], SumOp()));
+#pragma unroll
+        for (int p = 0; p < N; ++p) {
+            C yv[V], gv[V], unused = 0;
+            vjp_terms<Ld, Ep, T, V>(ld, wy[p], slot[p * blockDim.x], yv, gv, unused);
+#pragma unroll
+            for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s);
+            store_row_pack<T, V>(dx + at, threadIdx.x * V + p * step, n, yv);
+        }
     }
 }
 

@@ -741,6 +741,14 @@ def assert_vjp(dx, y, dy, axis, log):
     assert msg is None, msg
 
 
+def vjp_inputs(rng, shape, dtype, log):
+    """(y, dy, the VJP): y a softmax (log: log_softmax) over the last axis of random values."""
+    x = make_values(rng, shape, np.dtype(np.float32)).astype(np.float64)
+    y = scipy.special.log_softmax(x, axis=-1) if log else scipy.special.softmax(x, axis=-1)
+    dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
+    return cupy.asarray(y).astype(dtype), dy, cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+
+
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("cols", [1, 3, 32, 100, 256, 257, 1000, 4097, 30000, 300001])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -749,11 +757,7 @@ def test_vjps_every_row_kernel(cols, dtype, log):
     that is y itself, and an axis that is not the last (copied to rows)."""
     rng = np.random.default_rng(cols)
     rows = max(2, min(4096, 2**21 // cols))
-    x = make_values(rng, (rows, cols), np.dtype(np.float32))
-    y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
-                     else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(dtype)
-    dy = cupy.asarray(make_values(rng, (rows, cols), np.dtype(dtype)))
-    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    y, dy, fn = vjp_inputs(rng, (rows, cols), dtype, log)
     dx = fn(y, dy)
     assert_vjp(dx, y, dy, -1, log)
     assert_same_bits(fn(y, dy), dx)
@@ -773,17 +777,33 @@ def test_vjp_chunks_of_few_long_rows(shape, dtype, log):
     from cusoftmax import planning
 
     rng = np.random.default_rng(shape[1])
-    x = make_values(rng, shape, np.dtype(np.float32))
-    y = cupy.asarray(scipy.special.log_softmax(x.astype(np.float64), axis=-1) if log
-                     else scipy.special.softmax(x.astype(np.float64), axis=-1)).astype(dtype)
-    dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
+    y, dy, fn = vjp_inputs(rng, shape, dtype, log)
     layout = Layout(*shape, 1, (shape[1], 1), (shape[1], 1))
     plan = planning.vjp_plan(layout, y.dtype.itemsize, (0, 0, 0), planning.device_limits(y.device.id))
     assert plan.kernel == "vjp_chunks"
-    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
     dx = fn(y, dy)
     assert_vjp(dx, y, dy, -1, log)
     assert_same_bits(fn(y, dy), dx)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64], ids=str)
+@pytest.mark.parametrize("packs", [8192, 8000, 4097, 4096])
+def test_vjp_hold_rows(packs, dtype, log):
+    """vjp_hold (a row held on chip): full blocks, a short last warp's packs, 17 warps, two
+    blocks an SM; the same bits on every call, and the block kernel's results within the bound."""
+    itemsize = np.dtype(dtype).itemsize
+    cols, limits = packs * 16 // itemsize, planning.device_limits(0)
+    rows = 2 * limits.sm_count + 3  # rows past the first round of blocks
+    layout = Layout(rows, cols, 1, (cols, 1), (cols, 1))
+    assert planning.vjp_plan(layout, itemsize, (0, 0, 0), limits).kernel == "vjp_hold"
+    rng = np.random.default_rng(packs)
+    y, dy, fn = vjp_inputs(rng, (rows, cols), dtype, log)
+    dx = fn(y, dy)
+    assert_vjp(dx, y, dy, -1, log)
+    assert_same_bits(fn(y, dy), dx)
+    with planning.use(dataclasses.replace(TUNING, vjp_hold_min_bytes=2**40)):
+        assert_vjp(fn(y, dy), y, dy, -1, log)
 
 
 @pytest.mark.parametrize("log", [False, True])

@@ -129,6 +129,9 @@ class Tuning:
     vjp_block_l2_bytes: int = 24 * 2**20  # a wave's rows of y and dy: 40 MiB and no limit ran slower [vjp-4]
     vjp_columns_chunk_bytes: int = 256 * 1024  # bytes of each array an item: 16 and 64 KiB ran 0.06-0.53 [vjp-4]
     vjp_columns_blocks_per_sm: int = 2  # (CUDA) launch bounds: 72-124 registers, spills at 64 (ptxas) [vjp-4]
+    vjp_hold_threads: int = 1024  # (CUDA) a held row's block at most (the launch bounds) [vjp-5]
+    vjp_hold_packs: int = 8  # packs of y (registers) and dy (shared memory) a thread of a held row [vjp-5]
+    vjp_hold_min_bytes: int = 64 * 1024  # rows of each array from here held on chip, read once [vjp-5]
     walk_batch: int = 4  # (CUDA) walk_run's packs in flight a thread: spill, online [kernels-1]
     # normalize (rows from given statistics)
     normalize_threads: int = 256  # (CUDA) threads a block, as reduce_threads [normalize-1]
@@ -202,6 +205,7 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "REDUCE_SHIFTED": tuning.reduce_shifted,
         "VJP_THREADS": tuning.vjp_threads,
         "VJP_COLUMNS_BLOCKS_PER_SM": tuning.vjp_columns_blocks_per_sm,
+        "VJP_HOLD_THREADS": tuning.vjp_hold_threads,
         "NORMALIZE_THREADS": tuning.normalize_threads,
         "WALK_BATCH": tuning.walk_batch,
         "TOPK_THREADS": tuning.topk_threads,

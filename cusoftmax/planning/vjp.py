@@ -6,6 +6,9 @@
                  columns_strip_cols columns, (strip, chunk) items of vjp_columns_chunk_bytes of
                  each array in the two-pass schedule (else None: the caller copies to rows)
     vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
+    vjp_hold     rows of vjp_hold_min_bytes of each array or more, up to vjp_hold_threads
+                 threads of vjp_hold_packs packs, at least an SM's worth of them: a block a row,
+                 held (y in registers, dy in shared memory), read once
     vjp_block    longer rows, at least vjp_min_rows_per_sm of them an SM: a block a row, of
                  about vjp_block_packs packs of each array a thread (up to vjp_threads)
     vjp_chunks   fewer longer rows: (row, chunk) items of vjp_chunk_bytes of each array, in the
@@ -20,11 +23,11 @@ import math
 from dataclasses import dataclass
 
 from .columns import ColumnsPlan, strips
-from .common import (MAX_GRID, THREADS_PER_SM, Plan, strided_args, two_pass_grid, two_pass_workspace,
+from .common import (BLOCK_RESERVED, MAX_GRID, THREADS_PER_SM, Plan, strided_args, two_pass_grid, two_pass_workspace,
                      vecs, vector_width)
 from .reduce import lanes_shape
 
-KERNELS = ("vjp_lanes", "vjp_block", "vjp_chunks", "vjp_columns")
+KERNELS = ("vjp_lanes", "vjp_hold", "vjp_block", "vjp_chunks", "vjp_columns")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,38 @@ class VjpBlockPlan(Plan):
 
     def args(self, layout):
         return (layout.outer, layout.n)
+
+
+@dataclass(frozen=True)
+class VjpHoldPlan(Plan):
+    method = "vjp_hold"
+    inputs = 2
+    packs: int  # packs of each array a thread holds
+
+    @property
+    def template(self):
+        return (self.vec, self.packs)
+
+    def args(self, layout):
+        return (layout.outer, layout.n)
+
+
+def _hold(rows, n, vec, itemsize, limits, t) -> Plan | None:
+    """vjp_hold's plan, or None where the row is out of its range or too few rows fill the SMs:
+    whole warps of vjp_hold_packs packs a thread, dy's packs in shared memory."""
+    packs = math.ceil(n / vec)
+    if n * itemsize < t.vjp_hold_min_bytes or packs > t.vjp_hold_threads * t.vjp_hold_packs:
+        return None
+    block = 32 * math.ceil(packs / (32 * t.vjp_hold_packs))
+    smem = block * t.vjp_hold_packs * vec * itemsize
+    # resident: the launch bounds' registers (vjp_hold_threads' worth), shared memory with the
+    # block's static 512 bytes and the driver's reserve
+    per_sm = max(1, min(t.vjp_hold_threads // block,
+                        limits.smem_per_sm // (smem + 512 + BLOCK_RESERVED)))
+    if rows < limits.sm_count * per_sm:
+        return None
+    return VjpHoldPlan(vec, min(MAX_GRID, rows, limits.sm_count * per_sm), block, smem,
+                       packs=t.vjp_hold_packs)
 
 
 @dataclass(frozen=True)
@@ -93,6 +128,9 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
         lanes, per, at_once = shape
         grid = min(MAX_GRID, resident * t.reduce_waves, math.ceil(rows * lanes / (threads * at_once)))
         return VjpLanesPlan(vec, max(1, grid), threads, 0, lanes=lanes, packs=per, at_once=at_once)
+    held = _hold(rows, n, vec, itemsize, limits, t)
+    if held is not None:
+        return held
     if rows < t.vjp_min_rows_per_sm * limits.sm_count:
         chunk = max(vec, t.vjp_chunk_bytes // itemsize // vec * vec)
         chunks = math.ceil(n / chunk)
@@ -132,6 +170,7 @@ def templates(itemsize, tuning):
         shapes = {lanes_shape(p, tuning, most) for p in range(1, 32 * most + 1)}
         for lanes, per, at_once in sorted(shapes):
             yield "vjp_lanes", (vec, lanes, per, at_once)
+        yield "vjp_hold", (vec, tuning.vjp_hold_packs)
         yield "vjp_block", (vec,)
         yield "vjp_chunks", (vec,)
         yield "vjp_columns", (vec,)
