@@ -8,7 +8,7 @@
 #include "ops.cuh"
 
 #if !defined(CSM_VJP_THREADS) || !defined(CSM_VJP_COLUMNS_BLOCKS_PER_SM) || !defined(CSM_VJP_HOLD_THREADS)
-#error "vjp.cu needs -DCSM_VJP_THREADS, -DCSM_VJP_COLUMNS_BLOCKS_PER_SM and -DCSM_VJP_HOLD_THREADS from the loader"
+#error "vjp.cu needs -DCSM_VJP_THREADS, -DCSM_VJP_COLUMNS_BLOCKS_PER_SM, -DCSM_VJP_HOLD_THREADS"
 #endif
 
 namespace csm {

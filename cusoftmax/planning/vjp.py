@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 
 from .columns import ColumnsPlan, strips
-from .common import (BLOCK_RESERVED, MAX_GRID, THREADS_PER_SM, Plan, strided_args, two_pass_grid, two_pass_workspace,
-                     vecs, vector_width)
+from .common import (BLOCK_RESERVED, MAX_GRID, THREADS_PER_SM, Plan, strided_args, two_pass_grid,
+                     two_pass_workspace, vecs, vector_width)
 from .reduce import lanes_shape
 
 KERNELS = ("vjp_lanes", "vjp_hold", "vjp_block", "vjp_chunks", "vjp_columns")
