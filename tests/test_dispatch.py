@@ -685,15 +685,17 @@ def test_vjp_plans_by_row_length():
     assert log.ops == ("Plain", "LogSoftmaxVjp")
     assert plan(4096, 256).template == (4, 32, 2, 1)
     assert plan(4096, 512).kernel == "vjp_block" and plan(4096, 512).block == 32
-    assert plan(4096, 2048).block == 128 and plan(4096, 8192).block == 256
+    assert plan(4096, 2048).block == 128 and plan(4096, 4096).block == 256
     assert plan(4096, 2048, 2).block == 64  # bfloat16: 8 elements a pack
     # a wave's rows within vjp_block_l2_bytes: 2 blocks an SM of 64 KiB rows, 1 of 128 KiB; none
     # where 4 fit, or not even 1
     smem, unheld = H200.smem_per_sm, dataclasses.replace(t, vjp_hold_min_bytes=2**40)
-    assert plan(8192, 8192).smem == smem // 3
-    assert d.vjp_plan(rows_layout(2048, 32768), 2, (0, 0, 0), H200, unheld).smem == smem // 2
-    assert plan(8192, 8192, 2).smem == 0
-    assert d.vjp_plan(rows_layout(2048, 32768), 4, (0, 0, 0), H200, unheld).smem == 0
+
+    def block(rows, n, itemsize=4):  # vjp_block's plan where vjp_hold would take the row
+        return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, unheld)
+
+    assert block(8192, 8192).smem == smem // 3 and block(2048, 32768, 2).smem == smem // 2
+    assert plan(8192, 8192, 2).smem == 0 and block(2048, 32768).smem == 0
     assert plan(4096, 2**20).block == 256
     assert plan(2 * H200.sm_count, 2**20).kernel == "vjp_block"
     few = plan(64, 2**20)
@@ -716,14 +718,16 @@ def test_vjp_hold_plans():
     def plan(rows, n, itemsize=4):
         return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, t)
 
-    assert t.vjp_hold_min_bytes == 65536 and t.vjp_hold_threads * t.vjp_hold_packs == 8192
+    assert t.vjp_hold_min_bytes == 32768 and t.vjp_hold_threads * t.vjp_hold_packs == 8192
     full = plan(2048, 32768)
     assert full.kernel == "vjp_hold" and full.template == (4, 8) and full.block == 1024
     assert full.smem == 1024 * 8 * 16 and full.grid == H200.sm_count
     assert full.args(rows_layout(2048, 32768)) == (2048, 32768)
     half = plan(2048, 16384)  # two blocks an SM: registers (1024 threads' worth) and shared memory
     assert half.kernel == "vjp_hold" and half.block == 512 and half.grid == 2 * H200.sm_count
-    assert plan(2048, 16380).kernel == "vjp_block"  # under 64 KiB a row
+    assert plan(2048, 8188).kernel == "vjp_block"  # under 32 KiB a row
+    quarter = plan(8192, 8192)  # four blocks an SM
+    assert quarter.kernel == "vjp_hold" and quarter.block == 256 and quarter.grid == 4 * H200.sm_count
     assert plan(2048, 32772).kernel == "vjp_block"  # 8193 packs
     assert plan(2048, 16383).kernel == "vjp_block"  # packs of 1: 8192 elements at most
     assert plan(2048, 65536, 2).block == 1024 and plan(2048, 32768, 2).block == 512

@@ -788,13 +788,14 @@ def test_vjp_chunks_of_few_long_rows(shape, dtype, log):
 
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64], ids=str)
-@pytest.mark.parametrize("packs", [8192, 8000, 4097, 4096])
+@pytest.mark.parametrize("packs", [8192, 8000, 4097, 4096, 2048])
 def test_vjp_hold_rows(packs, dtype, log):
-    """vjp_hold (a row held on chip): full blocks, a short last warp's packs, 17 warps, two
-    blocks an SM; the same bits on every call, and the block kernel's results within the bound."""
+    """vjp_hold (a row held on chip): full blocks, a short last warp's packs, 17 warps, two and
+    four blocks an SM; the same bits on every call, and the block kernel's results within the
+    bound."""
     itemsize = np.dtype(dtype).itemsize
     cols, limits = packs * 16 // itemsize, planning.device_limits(0)
-    rows = 2 * limits.sm_count + 3  # rows past the first round of blocks
+    rows = 4 * limits.sm_count + 3  # rows past the first round of blocks
     layout = Layout(rows, cols, 1, (cols, 1), (cols, 1))
     assert planning.vjp_plan(layout, itemsize, (0, 0, 0), limits).kernel == "vjp_hold"
     rng = np.random.default_rng(packs)

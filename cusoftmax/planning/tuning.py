@@ -131,7 +131,7 @@ class Tuning:
     vjp_columns_blocks_per_sm: int = 2  # (CUDA) launch bounds: 72-124 registers, spills at 64 (ptxas) [vjp-4]
     vjp_hold_threads: int = 1024  # (CUDA) a held row's block at most (the launch bounds) [vjp-5]
     vjp_hold_packs: int = 8  # packs of y (registers) and dy (shared memory) a thread of a held row [vjp-5]
-    vjp_hold_min_bytes: int = 64 * 1024  # rows of each array from here held on chip, read once [vjp-5]
+    vjp_hold_min_bytes: int = 32 * 1024  # rows of each array from here held on chip: 16 KiB ran slower [vjp-5]
     walk_batch: int = 4  # (CUDA) walk_run's packs in flight a thread: spill, online [kernels-1]
     # normalize (rows from given statistics)
     normalize_threads: int = 256  # (CUDA) threads a block, as reduce_threads [normalize-1]
