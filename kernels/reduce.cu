@@ -36,6 +36,17 @@ template <class Each, typename C> __device__ inline C max_of(const Each& each, C
     return m;
 }
 
+// A state (m, c, s) against a max top >= m: every element so far goes to s, times exp(m - top)
+// (0 where m is -inf, or top is +inf and m is not), taken in the compute type: a float factor
+// errs by 2^-22 and drops what lies below 2^-126 of the max's term, inside float types' bounds.
+template <typename A, typename C> __device__ inline void raise_to(C& m, A& c, A& s, C top) {
+    if (top != m) {
+        s = (s + c) * A(fast_exp(m - top));
+        c = 0;
+        m = top;
+    }
+}
+
 // (m, c, s), identity (-inf, 0, 0). fmax ignores NaN, so a NaN element goes to s and makes it
 // NaN; elements equal to m are counted, never exp'd, whatever m is (-inf and +inf included, so a
 // slice of -inf is (-inf, n, 0) and one holding +inf has c > 0 and s 0 or NaN).
@@ -43,16 +54,7 @@ template <typename C> struct MCS {
     C m;
     acc_t c, s;
     __device__ static MCS identity() { return {neg_inf<C>(), 0.0, 0.0}; }
-    // Against a max top >= m: every element so far goes to s, times exp(m - top) (0 where m is
-    // -inf, or top is +inf and m is not), taken in the compute type: a float factor errs by
-    // 2^-22 and drops what lies below 2^-126 of the max's term, inside float types' bounds.
-    __device__ void raise(C top) {
-        if (top != m) {
-            s = (s + c) * acc_t(fast_exp(m - top));
-            c = 0;
-            m = top;
-        }
-    }
+    __device__ void raise(C top) { raise_to(m, c, s, top); }
     // Adds the elements that each(f) passes to f, one at a time, walked twice: one raise to
     // their max, then their counts and terms, summed in the compute type (at most 64 terms
     // below 1) and added to c and s once. SHIFTED: a term is exp_shifted's (FFMA, MUFU) where m
@@ -84,25 +86,15 @@ template <typename C> struct MCS {
 };
 
 // The state of each aligned group of `width` lanes, every lane getting its group's (shuffle
-// trees: the largest m, then the counts and sums raised to it).
-template <typename C> __device__ inline MCS<C> group_merge(MCS<C> s, int width) {
-    s.raise(group_reduce(s.m, width, MaxOp()));
-    s.c = group_reduce(s.c, width, SumOp());
-    s.s = group_reduce(s.s, width, SumOp());
-    return s;
-}
-
-// group_merge with the counts and sums taken in the compute type C, for reduce_lanes' rows (of
-// reduce_warp_max_bytes at most: float counts exact): a float tree of 32 lanes' sums errs by
-// some 4e-7 of the sum, inside float types' bounds, for half the shuffles and no double math.
-template <typename C> __device__ inline MCS<C> lanes_merge(const MCS<C>& s, int width) {
-    const C top = group_reduce(s.m, width, MaxOp());
-    C c = C(s.c), t = C(s.s);
-    if (top != s.m) {  // as MCS::raise
-        t = (t + c) * fast_exp(s.m - top);
-        c = 0;
-    }
-    return {top, acc_t(group_reduce(c, width, SumOp())), acc_t(group_reduce(t, width, SumOp()))};
+// trees: the largest m, then the counts and sums raised to it), the trees' sums in A. A = C
+// (float) for reduce_lanes' rows, of reduce_warp_max_bytes at most, so float counts are exact:
+// a float tree of 32 lanes' sums errs by some 4e-7 of the sum, inside float types' bounds, for
+// half the shuffles and no double math.
+template <typename A = acc_t, typename C> __device__ inline MCS<C> group_merge(const MCS<C>& s, int width) {
+    C m = s.m;
+    A c = A(s.c), t = A(s.s);
+    raise_to(m, c, t, group_reduce(s.m, width, MaxOp()));
+    return {m, acc_t(group_reduce(c, width, SumOp())), acc_t(group_reduce(t, width, SumOp()))};
 }
 
 // The block's state on every thread: each warp's by shuffles, then warp 0's lanes take the
@@ -296,7 +288,7 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         for (int r = 0; r < R; ++r) {
             s[r].template push<LANES_SHIFTED>(words<Ld, T, V>(ld, raw[r]));
             if (u.b + 1 == rounds) {
-                const MCS<C> m = lanes_merge(s[r], W);
+                const MCS<C> m = group_merge<C>(s[r], W);
                 const long long row = u.t + (long long)r * G + group;
                 if (sub == 0 && row < rows) put_value<Ep, T>(y, row, m);
                 s[r] = MCS<C>::identity();
