@@ -1,10 +1,10 @@
 // Reductions of each slice to one value (logsumexp): one read of every element, no write pass,
 // nothing held on chip but each thread's running state.
 //
-//   reduce_lanes<T, V, W, P, R, S>  rows of up to 32 * P * V: W lanes a row, P packs a lane, R rows
-//                                   a group, S steps in flight
-//   reduce_chunks<T, V>             longer rows: a chunk a block, merged through the workspace
-//   reduce_columns<T, V, S>         a strided axis: a strip a block, S steps a batch, chunks merged
+//   reduce_lanes<T, V, W, P, R, S, WR>  rows of up to 32 * P * V: W lanes a row, P packs a lane,
+//                                       R rows a group, S steps in flight (WR 1: WarpRing)
+//   reduce_chunks<T, V>                 longer rows: a chunk a block, merged through the workspace
+//   reduce_columns<T, V, S>             a strided axis: a strip a block, S steps a batch
 //
 // The state of a slice is (m, c, s): its max m, the count c of its elements equal to m, and the
 // sum s of exp(x - m) over the others, so that Ep's value of it can take log(c) + log1p(s / c):
@@ -182,35 +182,36 @@ __device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int st
     }
 }
 
-// f(r, p, xr, c) for each of a step's R x P packs, at(r, p, c) giving pack (r, p)'s row pointer
-// xr and setting its column c.
-template <typename T, int R, int P, class At, class F> __device__ inline void each_pack(At&& at, F&& f) {
+// f(r, p, j, k) for each of a lane's packs of a reduce_lanes step, R rows by P packs: row j =
+// r * 32 / W + group of the warp's step, pack k = p * W + sub of that row.
+template <int W, int R, int P, class F> __device__ inline void lane_packs(F&& f) {
+    const int sub = threadIdx.x & (W - 1), group = (threadIdx.x & 31) / W;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-            int c;
-            const T* xr = at(r, p, c);
-            f(r, p, xr, c);
-        }
+        for (int p = 0; p < P; ++p) f(r, p, r * (32 / W) + group, p * W + sub);
 }
 
-// A lane's packs of reduce_lanes' steps (R rows by P packs), issued AHEAD steps before they are
-// taken: packs of 4 bytes or more by cp.async into the thread's own slots of a ring of S + 1 steps
-// in dynamic shared memory (step j + S into the slot step j - 1 was read from); S = 0, or smaller
-// packs: one step ahead in registers. A pack across or past the row's end: element loads, -inf.
-template <typename T, int V, int R, int P, int S, bool ASYNC = (S > 0 && sizeof(T) * V >= 4)> struct StepRing;
-template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S, true> {
+// The rings: a step's packs issued AHEAD steps before they are taken, at(j, k, c) giving row j's
+// pointer and setting pack k's column c; a pack across or past the row's end: element loads,
+// -inf.
+//
+// StepRing: each lane copies its own packs, of 4 bytes or more by cp.async into the thread's own
+// slots of a ring of S + 1 steps in dynamic shared memory (step j + S into the slot step j - 1
+// was read from); S = 0, or smaller packs: one step ahead in registers.
+template <typename T, int V, int W, int R, int P, int S, bool ASYNC = (S > 0 && sizeof(T) * V >= 4)> struct StepRing;
+template <typename T, int V, int W, int R, int P, int S> struct StepRing<T, V, W, R, P, S, true> {
     static constexpr int AHEAD = S;
     static_assert(S >= 1 && S < 8, "1 to 7 steps in flight (copy_wait_pending)");
     word_t<T, V>* const ring;  // [S + 1][R][P][REDUCE_THREADS]
     int issued = 0, taken = 0;
     __device__ explicit StepRing(void* smem) : ring(static_cast<word_t<T, V>*>(smem) + threadIdx.x) {}
-    // at(r, p, c): pack p of row r is the one at column c of that row's pointer, which it returns.
     template <class At> __device__ void issue(bool any, int n, At&& at) {
         if (any) {
             word_t<T, V>* slot = ring + issued % (S + 1) * (R * P * REDUCE_THREADS);
-            each_pack<T, R, P>(at, [&](int r, int p, const T* xr, int c) {
+            lane_packs<W, R, P>([&](int r, int p, int j, int k) {
+                int c;
+                const T* xr = at(j, k, c);
                 stage_pack<T, V>(reinterpret_cast<T*>(slot + (r * P + p) * REDUCE_THREADS), xr + c, n - c);
             });
         }
@@ -227,13 +228,15 @@ template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S,
         ++taken;
     }
 };
-template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S, false> {
+template <typename T, int V, int W, int R, int P, int S> struct StepRing<T, V, W, R, P, S, false> {
     static constexpr int AHEAD = 1;
     word_t<T, V> held[R][P];
     __device__ explicit StepRing(void*) {}
     template <class At> __device__ void issue(bool any, int n, At&& at) {
         if (!any) return;
-        each_pack<T, R, P>(at, [&](int r, int p, const T* xr, int c) {
+        lane_packs<W, R, P>([&](int r, int p, int j, int k) {
+            int c;
+            const T* xr = at(j, k, c);
             held[r][p] = load_row_word<T, V>(xr, c, n, neg_inf<compute_t<T>>());
         });
     }
@@ -245,12 +248,62 @@ template <typename T, int V, int R, int P, int S> struct StepRing<T, V, R, P, S,
     }
 };
 
+// WarpRing: rows whose W lanes span less than a 128-byte line at once. Per lane-owned packs,
+// each load instruction would touch 32 / W rows for W * V * sizeof(T) bytes each; here the
+// warp copies its step whole rows at a time (lane l the step's packs l, l + 32, ...: an
+// instruction covers 32 packs of consecutive rows) by cp.async into its part of a ring of S + 1
+// steps (the same bytes as StepRing's), and each lane reads its own packs back after the warp's
+// copies have landed. Row j's pack k sits at j * WP + (k ^ swz(j)): swz(j) is a multiple of W
+// that differs between the rows sharing a quarter warp's 16-byte accesses (rows of 16-byte packs
+// meet no bank twice, copying or reading).
+template <typename T, int V, int W, int R, int P, int S> struct WarpRing {
+    static constexpr int AHEAD = S, WP = W * P, PACKS = 32 * R * P;  // a row's packs, a step's
+    static constexpr int LINE_ROWS = WP >= 8 ? 1 : 8 / WP;  // rows of 16-byte packs a line
+    static_assert(S >= 1 && S < 8 && sizeof(T) * V >= 4, "1 to 7 steps of cp.async copies");
+    word_t<T, V>* const ring;  // [S + 1][warps][PACKS]
+    int issued = 0, taken = 0;
+    __device__ explicit WarpRing(void* smem)
+        : ring(static_cast<word_t<T, V>*>(smem) + (threadIdx.x >> 5) * PACKS) {}
+    static __device__ int place(int j, int k) { return j * WP + (k ^ (W * (j / LINE_ROWS % P))); }
+    __device__ word_t<T, V>* step(int i) const { return ring + i % (S + 1) * (REDUCE_THREADS / 32 * PACKS); }
+    template <class At> __device__ void issue(bool any, int n, At&& at) {
+        if (any) {
+            word_t<T, V>* slot = step(issued);
+#pragma unroll
+            for (int i = 0; i < R * P; ++i) {
+                const int q = i * 32 + (threadIdx.x & 31), j = q / WP, k = q % WP;
+                int c;
+                const T* xr = at(j, k, c);
+                stage_pack<T, V>(reinterpret_cast<T*>(slot + place(j, k)), xr + c, n - c);
+            }
+        }
+        copy_commit();
+        ++issued;
+    }
+    __device__ void take(word_t<T, V> (&w)[R][P]) {
+        copy_wait_pending(S - 1);
+        __syncwarp();  // the other lanes' copies of this step; their reads of the slot reused next
+        const word_t<T, V>* slot = step(taken);
+        lane_packs<W, R, P>([&](int r, int p, int j, int k) { w[r][p] = slot[place(j, k)]; });
+        ++taken;
+    }
+};
+
+// reduce_lanes' ring: WarpRing where the plan says (WR), else StepRing.
+template <typename T, int V, int W, int R, int P, int S, int WR> struct LaneRing {
+    using type = StepRing<T, V, W, R, P, S>;
+};
+template <typename T, int V, int W, int R, int P, int S> struct LaneRing<T, V, W, R, P, S, 1> {
+    using type = WarpRing<T, V, W, R, P, S>;
+};
+
 // Rows of n elements (row r at x + r * ldx), each by an aligned group of W lanes, in rounds of P
 // packs a lane; a group takes R rows at a time (a warp 32 / W * R), a step (rows, round) issued
-// S steps before it is used (StepRing: the plan's shared memory; S = 0, registers, one ahead).
+// S steps before it is used (LaneRing, WR its kind: the plan's shared memory; S = 0, registers,
+// one ahead).
 // Rows past the end: the last row again, not written; every lane runs the same steps, so the
 // shuffles stay converged.
-template <class Ld, class Ep, typename T, int V, int W, int P, int R, int S>
+template <class Ld, class Ep, typename T, int V, int W, int P, int R, int S, int WR>
 __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     reduce_lanes(const T* x, void* y, long long rows, int n, long long ldx, const Ld ld) {
     using C = compute_t<T>;
@@ -262,17 +315,16 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     if (rounds == 0) return;  // no element (the library never launches one): no step ends
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const long long stride = (long long)gridDim.x * blockDim.x / 32 * G * R;
-    auto row_of = [&](long long t, int r) { return min(t + (long long)r * G + group, rows - 1); };
     struct Step {
         long long t;  // the group's first row
         int b;  // the round
     };
     auto after = [&](Step u) { return u.b + 1 == rounds ? Step{u.t + stride, 0} : Step{u.t, u.b + 1}; };
-    StepRing<T, V, R, P, S> ring(smem);
+    typename LaneRing<T, V, W, R, P, S, WR>::type ring(smem);
     auto issue = [&](const Step& u) {
-        ring.issue(u.t < rows, n, [&](int r, int p, int& c) {
-            c = u.b * SPAN + (p * W + sub) * V;
-            return x + row_of(u.t, r) * ldx;
+        ring.issue(u.t < rows, n, [&](int j, int k, int& c) {
+            c = u.b * SPAN + k * V;
+            return x + min(u.t + j, rows - 1) * ldx;
         });
     };
     MCS<C> s[R];

@@ -628,24 +628,33 @@ def test_reduce_plans_cover_every_row_and_axis():
     short = rows(2**20, 32)
     assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
     # a row of 8 packs in 2 lanes of float32's reduce_lane_min_packs = 4 packs, one row at a
-    # time, the next step in registers (fewer lanes than reduce_lane_staged_lanes)
-    assert short.kernel == "reduce_lanes" and short.template == (4, 2, 4, 1, 0) and short.workspace() is None
-    assert short.smem == 0
-    assert rows(2**20, 32, 2).template == (8, 1, 4, 1, 0)  # bfloat16's too: a lane a row
-    assert rows(2**20, 4).template == (4, 1, 1, 2, 0)  # one pack: one lane, two rows at a time
-    assert rows(2**20, 256).template == (4, 16, 4, 1, 0) and rows(2**20, 256).smem == 0
+    # time; fewer lanes than reduce_lane_warp_lanes: 2 steps in flight, copied by the warp
+    # (WarpRing), in a ring of 3 steps of 4 packs of 256 threads' 16 bytes
+    assert short.kernel == "reduce_lanes" and short.template == (4, 2, 4, 1, 2, 1) and short.workspace() is None
+    assert short.smem == 3 * 4 * 256 * 16
+    assert rows(2**20, 64, 2).template == (8, 2, 4, 1, 2, 1)  # bfloat16's too
+    # a lane a row (below reduce_lane_warp_lanes): the next step in registers
+    assert rows(2**20, 32, 2).template == (8, 1, 4, 1, 0, 0) and rows(2**20, 32, 2).smem == 0
+    assert rows(2**20, 4).template == (4, 1, 1, 2, 0, 0)  # one pack: one lane, two rows at a time
+    odd = d.reduce_plan(Layout(2**20, 7, 1, (7, 1), (7, 1)), 2, 2, H200, t)  # 2-byte packs
+    assert odd.template == (1, 2, 4, 1, 0, 0) and odd.smem == 0  # one step ahead in registers
+    # reduce_lane_warp_lanes to reduce_lane_staged_lanes lanes: the next step in registers
+    assert rows(2**20, 128).template == (4, 8, 4, 1, 0, 0) and rows(2**20, 128).smem == 0
+    assert rows(2**20, 256).template == (4, 16, 4, 1, 0, 0) and rows(2**20, 256).smem == 0
+    own = dataclasses.replace(t, reduce_lane_warp_lanes=(1, 1))
+    assert d.reduce_plan(rows_layout(2**20, 32), 4, 0, H200, own).template == (4, 2, 4, 1, 0, 0)
     # a warp's 32 lanes: 2 steps in flight in a ring of 3 steps of 4 packs of 256 threads' 16 bytes
-    assert rows(2**20, 512, 2).template == (8, 16, 4, 1, 0) and rows(2**20, 512, 2).smem == 0
-    assert rows(2**20, 1024, 2).template == (8, 32, 4, 1, 2) and rows(2**20, 1024, 2).smem == 3 * 4 * 256 * 16
-    assert rows(2**20, 65, 2).template == (1, 32, 4, 1, 1) and rows(2**20, 65, 2).smem == 0  # 2-byte packs
+    assert rows(2**20, 512, 2).template == (8, 16, 4, 1, 0, 0) and rows(2**20, 512, 2).smem == 0
+    assert rows(2**20, 1024, 2).template == (8, 32, 4, 1, 2, 0) and rows(2**20, 1024, 2).smem == 3 * 4 * 256 * 16
+    assert rows(2**20, 65, 2).template == (1, 32, 4, 1, 1, 0) and rows(2**20, 65, 2).smem == 0  # 2-byte packs
     # no more steps in flight than keep the launch bounds' 4 blocks an SM resident
     deep = d.reduce_plan(rows_layout(2**20, 1024), 2, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
     assert deep.stages == 2 and 4 * (deep.smem + 1024) <= H200.smem_per_sm < 4 * (deep.smem + 16384 + 1024)
     assert short.ops == ("Plain", "LogSumExp")
     states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
     assert states == dataclasses.replace(short, ops=("Plain", "SliceState"))
-    assert rows(2**16, 512).template == (4, 32, 4, 1, 2)  # up to reduce_lane_max_packs a lane
-    assert rows(2**16, 2048).template == (4, 32, 4, 1, 2)  # streamed by a warp: many rows
+    assert rows(2**16, 512).template == (4, 32, 4, 1, 2, 0)  # up to reduce_lane_max_packs a lane
+    assert rows(2**16, 2048).template == (4, 32, 4, 1, 2, 0)  # streamed by a warp: many rows
     assert rows(2**16, 2048).smem == 3 * 4 * 256 * 16
     assert rows(2**12, 2048).kernel == "reduce_chunks"  # too few rows for a warp each
     assert rows(2**16, 8193).kernel == "reduce_chunks"  # past reduce_warp_max_bytes

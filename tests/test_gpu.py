@@ -678,19 +678,27 @@ def test_logsumexp_dominant_term_sign_and_determinism():
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_logsumexp_steps_in_flight_change_no_bit(dtype):
-    """reduce_lanes' StepRing: how many steps are in flight (one in registers or in shared
-    memory, or more) moves no result bit: rows in a warp, in fewer lanes and streamed by a warp,
-    with tails, rows past the last and packs under 4 bytes."""
+    """reduce_lanes' rings: how many steps are in flight (one in registers or in shared memory,
+    or more), and who copies them (each lane its own packs, or the warp whole rows: WarpRing,
+    for rows in reduce_lane_warp_lanes lanes, or all), move no result bit: rows in a warp, in
+    fewer lanes (1, 2 and 4 of them too) and streamed by a warp, with tails, rows past the last,
+    rows apart (a view of every other row, and of the first columns), and packs under 4 bytes."""
     rng = np.random.default_rng(9)
     one = dataclasses.replace(TUNING, reduce_lane_stages=1)
     deep = dataclasses.replace(TUNING, reduce_lane_stages=5, reduce_lane_staged_lanes=1)
-    for shape in [(4099, 37), (20000, 1000), (5000, 8191), (4500, 300), (9000, 24)]:
-        x = cupy.asarray(make_values(rng, shape, np.dtype(dtype), specials=0.001))
-        got = cusoftmax.logsumexp(x, axis=-1)
-        assert_logsumexp(got, x, -1)
-        for variant in (one, deep):
-            with planning.use(variant):
-                assert_same_bits(cusoftmax.logsumexp(x, axis=-1), got)
+    own = dataclasses.replace(TUNING, reduce_lane_warp_lanes=(1, 1))  # no WarpRing: registers
+    every = dataclasses.replace(TUNING, reduce_lane_warp_lanes=(1, 33))  # WarpRing, all lanes
+    shapes = [(4099, 37), (20000, 1000), (5000, 8191), (4500, 300), (9000, 24), (5003, 32),
+              (3001, 64), (7001, 16), (2999, 20), (4000, 8), (1001, 128), (333, 4)]
+    for shape in shapes:
+        full = cupy.asarray(make_values(rng, (shape[0], shape[1] + 8), np.dtype(dtype), specials=0.001))
+        for x in (full[:, :shape[1]], full[::2, :shape[1]], cupy.ascontiguousarray(full[:, :shape[1]]),
+                  full[:, 1:shape[1] + 1]):
+            got = cusoftmax.logsumexp(x, axis=-1)
+            assert_logsumexp(got, x, -1)
+            for variant in (one, deep, own, every):
+                with planning.use(variant):
+                    assert_same_bits(cusoftmax.logsumexp(x, axis=-1), got)
 
 
 @pytest.mark.parametrize("variant", [{"reduce_shifted": 0}, {"reduce_shifted": 1},

@@ -45,11 +45,12 @@ class LanesPlan(Plan):
     lanes: int  # a row's lanes
     packs: int  # packs a lane holds
     at_once: int  # rows a lane group takes at a time
-    stages: int  # steps in flight (StepRing in kernels/reduce.cu)
+    stages: int  # steps in flight (LaneRing in kernels/reduce.cu)
+    warp: bool = False  # copied whole rows at a time by the warp (WarpRing)
 
     @property
     def template(self):
-        return (self.vec, self.lanes, self.packs, self.at_once, self.stages)
+        return (self.vec, self.lanes, self.packs, self.at_once, self.stages, int(self.warp))
 
     def args(self, layout):
         return (layout.outer, layout.n, layout.xs[0])
@@ -60,26 +61,32 @@ def _resident(itemsize, threads):
     return THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)
 
 
-def _lane_depth(lanes, pack_bytes, tuning):
-    """reduce_lanes' steps in flight before shared memory bounds them: 0 for rows of fewer than
-    reduce_lane_staged_lanes lanes and 1 for packs under 4 bytes (one step ahead in registers,
-    StepRing's ASYNC false), else reduce_lane_stages."""
+def _lane_ring(lanes, pack_bytes, tuning):
+    """(steps in flight before shared memory bounds them, copied by the warp) of reduce_lanes:
+    rows in reduce_lane_warp_lanes lanes (from, to below) of packs of 4 bytes or more,
+    reduce_lane_stages steps copied whole rows at a time by the warp (WarpRing); other rows in
+    fewer than reduce_lane_staged_lanes lanes one step ahead in registers (0); packs under 4
+    bytes one step in registers (1, StepRing's ASYNC false); else reduce_lane_stages."""
+    low, high = tuning.reduce_lane_warp_lanes
+    if pack_bytes >= 4 and low <= lanes < high:
+        return tuning.reduce_lane_stages, True
     if lanes < tuning.reduce_lane_staged_lanes:
-        return 0
-    return tuning.reduce_lane_stages if pack_bytes >= 4 else 1
+        return 0, False
+    return (tuning.reduce_lane_stages if pack_bytes >= 4 else 1), False
 
 
 def lane_stages(lanes, pack_bytes, per_step, itemsize, limits, tuning):
-    """(steps in flight, dynamic shared memory) of reduce_lanes (StepRing): _lane_depth's steps
-    of `per_step` packs a thread in a ring of one step more, fewer where that would leave fewer
-    blocks resident than the launch bounds allow; none shared where they stay in registers."""
-    depth = _lane_depth(lanes, pack_bytes, tuning)
+    """(steps in flight, dynamic shared memory, copied by the warp) of reduce_lanes (LaneRing):
+    _lane_ring's steps of `per_step` packs a thread in a ring of one step more, fewer where that
+    would leave fewer blocks resident than the launch bounds allow; none shared where they stay
+    in registers."""
+    depth, warp = _lane_ring(lanes, pack_bytes, tuning)
     if depth == 0 or pack_bytes < 4:
-        return depth, 0
+        return depth, 0, warp
     step = per_step * tuning.reduce_threads * pack_bytes
     most = block_share(limits, _resident(itemsize, tuning.reduce_threads)) // step - 1
     stages = max(1, min(depth, most, 7))
-    return stages, (stages + 1) * step
+    return stages, (stages + 1) * step, warp
 
 
 def lanes_shape(packs, tuning, most=None, least=1):
@@ -158,9 +165,9 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
         if shape is not None:
             lanes, per, at_once = shape
             grid = _grid(math.ceil(rows * lanes / (threads * at_once)), limits, t)
-            stages, smem = lane_stages(lanes, itemsize * vec, per * at_once, itemsize, limits, t)
+            stages, smem, warp = lane_stages(lanes, itemsize * vec, per * at_once, itemsize, limits, t)
             return LanesPlan(vec, grid, threads, smem, lanes=lanes, packs=per, at_once=at_once,
-                             stages=stages)
+                             stages=stages, warp=warp)
         step = threads * vec  # elements a block's batch round covers, per pack a thread
         chunks = _chunks(n, rows, step * t.reduce_min_chunk_steps, t.reduce_max_chunk_bytes // itemsize,
                          itemsize, limits, t)
@@ -187,8 +194,8 @@ def templates(itemsize, tuning):
         shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs[itemsize])
                   for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
         for lanes, per, at_once in sorted(shapes):
-            depth = _lane_depth(lanes, itemsize * vec, tuning)
-            yield "reduce_lanes", (vec, lanes, per, at_once, depth)
+            depth, warp = _lane_ring(lanes, itemsize * vec, tuning)
+            yield "reduce_lanes", (vec, lanes, per, at_once, depth, int(warp))
         yield "reduce_chunks", (vec,)
         if vec <= tuning.reduce_columns_max_vec:
             yield "reduce_columns", (vec, tuning.reduce_column_steps)
