@@ -17,7 +17,8 @@ softmax in the same run (column "vs softmax": our softmax's time over our log_so
 bytes read over time against the copy's GB/s). ``--op softmax_vjp`` and ``--op log_softmax_vjp``
 time the backward passes on y (our forward's output) and a random dy, GB/s counting y and dy read
 and dx written, against torch's ``_softmax_backward_data`` (``_log_softmax_backward_data``) and
-``jax.vjp`` of the forward under ``jit`` (which runs the forward too, from x).
+``jax.vjp`` of the forward under ``jit`` (which runs the forward too, from x). Every op but
+``--where`` also reports the host time of a call on 4 x 256 float32 (ours and torch's same op).
 
 ``--scale S`` times softmax, log_softmax or logsumexp with ``scale=S`` against the same call
 without it in the same run (column "vs unscaled": the unscaled call's time over the scaled one's),
@@ -366,6 +367,16 @@ def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax", scale=None):
     x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
     ours = getattr(cusoftmax, op)
     fns = {"cusoftmax": lambda: ours(x)}
+    if op in VJPS:  # y and dy: torch's backward op (its own binding, the shortest way in)
+        y, dy = getattr(cusoftmax, VJPS[op])(x), x * 0.5
+        fns = {"cusoftmax": lambda: ours(y, dy)}
+        if "torch" in peers:
+            import torch
+
+            ty, tg = torch.from_dlpack(y), torch.from_dlpack(dy)
+            f_t = getattr(torch, f"_{VJPS[op]}_backward_data")
+            fns["torch"] = lambda: f_t(tg, ty, 1, ty.dtype)
+        return host_rounds(cupy, fns, rounds, calls)
     if scale is not None:
         fns = {"cusoftmax": lambda: ours(x, axis=-1, scale=scale), "unscaled": lambda: ours(x, axis=-1)}
         if _gpu_torch() is not None:
@@ -516,7 +527,7 @@ def main(argv=None):
         _progress(f"    of copy: {', '.join(done)}")  # a run cut short still leaves its figures
         del x
         cupy.get_default_memory_pool().free_all_blocks()
-    overhead = {} if op in VJPS or args.where else _host_overhead(cupy, peers, op=op, scale=args.scale)
+    overhead = {} if args.where else _host_overhead(cupy, peers, op=op, scale=args.scale)
     _report(rows, list(impls), overhead, name, Path(args.out), op)
     return 0
 
@@ -560,7 +571,7 @@ def _report(rows, impls, overhead, device, out: Path, op="softmax"):
               "* = X's result is outside cusoftmax's accuracy bound for the dtype")
     text = format_table(head, lines)
     print(f"\n{legend}\n{text}")
-    if overhead:  # not measured for the backward passes and where=
+    if overhead:  # not measured for where=
         print(f"host us per call (4x256 float32, {op}): " +
               ", ".join(f"{k} {v:.1f}" for k, v in overhead.items()))
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -3,7 +3,7 @@
 Cases are 'dtype:rows:cols:axis' arguments (default: one per kernel family at 2**26 elements);
 'topk dtype:rows:cols:k ...' runs softmax_topk of the last axis instead (as run s32-3);
 'op OP dtype:rows:cols:axis ...' runs the function OP (logsumexp, log_softmax, ...) once a
-case."""
+case; 'host [OP ...]' times the host pieces of a fast-path call of each OP (default softmax)."""
 
 import sys
 
@@ -30,36 +30,64 @@ def main(cases, topk=False, op="softmax"):
         print("ran", case, flush=True)
 
 
-def host_breakdown():
-    """Host microseconds of the pieces of a fast-path call on a 4 x 256 float32 array."""
+def host_breakdown(op="softmax"):
+    """Host microseconds of the pieces of a fast-path call of `op` (softmax, or a backward pass:
+    softmax_vjp, log_softmax_vjp) on 4 x 256 float32 arrays, and torch's same op where torch is
+    installed."""
     import time
 
     from cusoftmax import _api
 
     x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
-    cusoftmax.softmax(x)
-    run = _api._fast[_api._fast_key(x, -1)]
-    y = cupy.empty_like(x)
-    pieces = {
-        "softmax": lambda: cusoftmax.softmax(x),
-        "fast entry (launch)": lambda: run(x, y),
-        "key": lambda: _api._fast_key(x, -1),
-        "cupy.empty": lambda: cupy.empty((4, 256), np.float32),
-        "getDevice": cupy.cuda.runtime.getDevice,
-    }
+    call = getattr(cusoftmax, op)
+    stream = cupy.cuda.get_current_stream
+    pieces = {"cupy.ndarray": lambda: cupy.ndarray((4, 256), np.float32),
+              "get_current_stream().ptr": lambda: stream().ptr,
+              "getDevice": cupy.cuda.runtime.getDevice}
+    if op == "softmax":
+        call(x)
+        run = _api._fast[_api._fast_key(x, -1)][1]
+        y = cupy.empty_like(x)
+        pieces.update({op: lambda: call(x), "launch closure": lambda: run(x, y),
+                       "key": lambda: _api._fast_key(x, -1)})
+    else:
+        y, dy = cusoftmax.softmax(x), x * 0.5
+        call(y, dy)
+        key = _api._vjp_key(y, dy, -1, op)
+        run, dx = _api._fast[key][1], cupy.empty_like(y)
+        pieces.update({op: lambda: call(y, dy), "vjp_fast": lambda: _api.vjp_fast(y, dy, -1, op),
+                       "launch closure": lambda: run(y, dy, dx),
+                       "key": lambda: _api._vjp_key(y, dy, -1, op)})
+    try:
+        import torch
+
+        ty, tg = torch.from_dlpack(y), torch.from_dlpack(x * 0.5)
+        if op == "softmax":
+            pieces["torch"] = lambda: torch.softmax(ty, dim=-1)
+        else:
+            f_t = getattr(torch, "_" + op[:-4] + "_backward_data")
+            pieces["torch"] = lambda: f_t(tg, ty, 1, ty.dtype)
+        pieces["torch.empty"] = lambda: torch.empty((4, 256), device="cuda")
+    except ImportError:
+        pass
     for name, fn in pieces.items():
-        for _ in range(500):
-            fn()
-        t0 = time.perf_counter()
-        for _ in range(5000):
-            fn()
-        print(f"host {name}: {(time.perf_counter() - t0) / 5000 * 1e6:.2f} us", flush=True)
-        cupy.cuda.Device().synchronize()
+        best = float("inf")
+        for _ in range(5):
+            for _ in range(500):
+                fn()
+            cupy.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / 2000 * 1e6)
+            cupy.cuda.Device().synchronize()
+        print(f"host {op} {name}: {best:.2f} us", flush=True)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["host"]:
-        host_breakdown()
+    if sys.argv[1:2] == ["host"]:
+        for name in sys.argv[2:] or ["softmax"]:
+            host_breakdown(name)
     elif sys.argv[1:2] == ["topk"]:
         main(sys.argv[2:], topk=True)
     elif sys.argv[1:2] == ["op"]:
