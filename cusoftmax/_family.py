@@ -387,9 +387,10 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
     -----
     Sums accumulate in float64 (half types and float32 compute in float32; on the GPU, float32
     sums within a few packs of a thread, then float64). On the GPU without `where`, one kernel
-    reads `y` and `dy` once and writes dx where a slice fits a warp's lanes, and reads them
-    twice for longer slices (the second time from L2 where it still holds them); fewer such
-    slices than two an SM, and `where`, run as array operations on CuPy's current stream.
+    reads `y` and `dy` and writes dx, over any axis: once where a slice fits a warp's lanes
+    or a block holds it (32 to 128 KiB of each array, many such slices), else twice (the
+    second time from L2 where it still holds them); `where` runs as array operations on
+    CuPy's current stream.
     """
 
 
