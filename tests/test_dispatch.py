@@ -683,7 +683,7 @@ def rows_layout(rows, n):
 
 def test_vjp_plans_by_row_length():
     """The backward passes' own order (planning/vjp.py): a warp's lanes for rows of up to 64
-    packs, a block sized to longer rows, chunks of vjp_chunk_bytes in the two-pass schedule for
+    packs (128 in float32), a block sized to longer rows, chunks of vjp_chunk_bytes in the two-pass schedule for
     fewer rows than 2 an SM."""
     def plan(rows, n, itemsize=4):
         return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, t)
@@ -693,7 +693,9 @@ def test_vjp_plans_by_row_length():
     log = d.vjp_plan(rows_layout(4096, 32), 4, (0, 0, 0), H200, t, "log_softmax_vjp")
     assert log.ops == ("Plain", "LogSoftmaxVjp")
     assert plan(4096, 256).template == (4, 32, 2, 1)
-    assert plan(4096, 512).kernel == "vjp_block" and plan(4096, 512).block == 32
+    assert plan(4096, 512).template == (4, 32, 4, 1)  # float32: up to 4 packs of each a lane
+    assert plan(4096, 516).kernel == "vjp_block" and plan(4096, 516).block == 64
+    assert plan(4096, 1024, 2).kernel == "vjp_block" and plan(4096, 1024, 2).block == 32  # 2 packs
     assert plan(4096, 2048).block == 128 and plan(4096, 4096).block == 256
     assert plan(4096, 2048, 2).block == 64  # bfloat16: 8 elements a pack
     # a wave's rows within vjp_block_l2_bytes: 2 blocks an SM of 64 KiB rows, 1 of 128 KiB; none

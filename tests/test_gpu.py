@@ -758,7 +758,7 @@ def vjp_inputs(rng, shape, dtype, log):
 
 
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("cols", [1, 3, 32, 100, 256, 257, 1000, 4097, 30000, 300001])
+@pytest.mark.parametrize("cols", [1, 3, 32, 100, 256, 257, 500, 512, 1000, 4097, 30000, 300001])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_vjps_every_row_kernel(cols, dtype, log):
     """Rows of the lanes and block kernels (and few long rows, the chunks kernel), with `out`

@@ -125,7 +125,8 @@ class Tuning:
     vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: vjp_chunks [vjp-1]
     vjp_chunk_bytes: int = 64 * 1024  # bytes of each array a chunk; 16 and 32 KiB ran slower [vjp-3]
     vjp_group_waves: float = 0.5  # waves of items a group of rows, as online's [vjp-3]
-    vjp_lane_max_packs: int = 2  # packs of y and of dy a lane; 4 spilled bfloat16 (ptxas) [vjp-1]
+    # packs of y and of dy a lane: 4 spilled bfloat16 [vjp-1]; float32 4 (no spill) [vjp-6]
+    vjp_lane_max_packs: BySize = BySize({2: 2, 4: 4, 8: 2})
     vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
     vjp_block_l2_bytes: int = 24 * 2**20  # a wave's rows of y and dy: 40 MiB and no limit ran slower [vjp-4]
     vjp_columns_chunk_bytes: int = 256 * 1024  # bytes of each array an item: 16 and 64 KiB ran 0.06-0.53 [vjp-4]

@@ -5,7 +5,8 @@
     vjp_columns  a strided reduced axis of an inner run of at least columns_min_inner: strips of
                  columns_strip_cols columns, (strip, chunk) items of vjp_columns_chunk_bytes of
                  each array in the two-pass schedule (else None: the caller copies to rows)
-    vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane
+    vjp_lanes    a row in a warp's lanes, at most vjp_lane_max_packs packs of each a lane (by
+                 element size)
     vjp_hold     rows of vjp_hold_min_bytes of each array or more, up to vjp_hold_threads
                  threads of vjp_hold_packs packs, at least an SM's worth of them: a block a row,
                  held (y in registers, dy in shared memory), read once
@@ -123,7 +124,7 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
     rows, n = layout.outer, layout.n
     vec = vector_width(itemsize, addresses, (n,))
     resident = limits.sm_count * (THREADS_PER_SM // threads)
-    shape = lanes_shape(math.ceil(n / vec), t, t.vjp_lane_max_packs)
+    shape = lanes_shape(math.ceil(n / vec), t, t.vjp_lane_max_packs[itemsize])
     if shape is not None:
         lanes, per, at_once = shape
         grid = min(MAX_GRID, resident * t.reduce_waves, math.ceil(rows * lanes / (threads * at_once)))
@@ -166,7 +167,7 @@ def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
 
 def templates(itemsize, tuning):
     for vec in vecs(itemsize):
-        most = tuning.vjp_lane_max_packs
+        most = tuning.vjp_lane_max_packs[itemsize]
         shapes = {lanes_shape(p, tuning, most) for p in range(1, 32 * most + 1)}
         for lanes, per, at_once in sorted(shapes):
             yield "vjp_lanes", (vec, lanes, per, at_once)
