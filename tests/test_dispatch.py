@@ -628,8 +628,8 @@ def test_reduce_plans_cover_every_row_and_axis():
     short = rows(2**20, 32)
     assert short.args(Layout(2**20, 32, 1, (40, 1), (40, 1))) == (2**20, 32, 40)  # the kernel's
     # a row of 8 packs in 2 lanes of float32's reduce_lane_min_packs = 4 packs, one row at a
-    # time; fewer lanes than reduce_lane_warp_lanes: 2 steps in flight, copied by the warp
-    # (WarpRing), in a ring of 3 steps of 4 packs of 256 threads' 16 bytes
+    # time; lanes in reduce_lane_warp_lanes' range (2 to 7): 2 steps in flight, copied by the
+    # warp (WarpRing), in a ring of 3 steps of 4 packs of 256 threads' 16 bytes
     assert short.kernel == "reduce_lanes" and short.template == (4, 2, 4, 1, 2, 1) and short.workspace() is None
     assert short.smem == 3 * 4 * 256 * 16
     assert rows(2**20, 64, 2).template == (8, 2, 4, 1, 2, 1)  # bfloat16's too
@@ -638,7 +638,7 @@ def test_reduce_plans_cover_every_row_and_axis():
     assert rows(2**20, 4).template == (4, 1, 1, 2, 0, 0)  # one pack: one lane, two rows at a time
     odd = d.reduce_plan(Layout(2**20, 7, 1, (7, 1), (7, 1)), 2, 2, H200, t)  # 2-byte packs
     assert odd.template == (1, 2, 4, 1, 0, 0) and odd.smem == 0  # one step ahead in registers
-    # reduce_lane_warp_lanes to reduce_lane_staged_lanes lanes: the next step in registers
+    # 8 lanes (past reduce_lane_warp_lanes) to reduce_lane_staged_lanes: the next step in registers
     assert rows(2**20, 128).template == (4, 8, 4, 1, 0, 0) and rows(2**20, 128).smem == 0
     assert rows(2**20, 256).template == (4, 16, 4, 1, 0, 0) and rows(2**20, 256).smem == 0
     own = dataclasses.replace(t, reduce_lane_warp_lanes=(1, 1))

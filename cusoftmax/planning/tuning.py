@@ -108,7 +108,7 @@ class Tuning:
     reduce_lane_max_packs: int = 4  # packs a lane a round, streamed rows' too [reduce-4]
     reduce_lane_stages: int = 2  # steps in flight, shared memory: 48 KiB at 4 packs [reduce-4]
     reduce_lane_staged_lanes: int = 32  # fewer lanes a row: next step in registers [reduce-4]
-    reduce_lane_warp_lanes: tuple = (2, 8)  # lanes a row from, to below: copied by the warp [reduce-7]
+    reduce_lane_warp_lanes: tuple = (2, 8)  # rows in 2 to 7 lanes: copied by the warp [reduce-7]
     reduce_shifted: int = 7  # (CUDA) exp_shifted terms: bits 1 lanes, 2 chunks, 4 columns [reduce-5]
     # packs a lane at least: float32 rows of 64-256 +17-37% [reduce-5], bfloat16 32-512 +16-20% [reduce-6]
     reduce_lane_min_packs: BySize = BySize({2: 4, 4: 4, 8: 2})
