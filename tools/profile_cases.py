@@ -51,7 +51,7 @@ def host_breakdown(op="softmax"):
         pieces.update({op: lambda: call(x), "launch closure": lambda: run(x, y),
                        "key": lambda: _api._fast_key(x, -1)})
     else:
-        y, dy = cusoftmax.softmax(x), x * 0.5
+        y, dy = getattr(cusoftmax, op[:-4])(x), x * 0.5  # the forward's output, a gradient
         call(y, dy)
         key = _api._vjp_key(y, dy, -1, op)
         run, dx = _api._fast[key][1], cupy.empty_like(y)
@@ -61,10 +61,11 @@ def host_breakdown(op="softmax"):
     try:
         import torch
 
-        ty, tg = torch.from_dlpack(y), torch.from_dlpack(x * 0.5)
         if op == "softmax":
-            pieces["torch"] = lambda: torch.softmax(ty, dim=-1)
+            tx = torch.from_dlpack(x)
+            pieces["torch"] = lambda: torch.softmax(tx, dim=-1)
         else:
+            ty, tg = torch.from_dlpack(y), torch.from_dlpack(dy)
             f_t = getattr(torch, "_" + op[:-4] + "_backward_data")
             pieces["torch"] = lambda: f_t(tg, ty, 1, ty.dtype)
         pieces["torch.empty"] = lambda: torch.empty((4, 256), device="cuda")
