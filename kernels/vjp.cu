@@ -20,13 +20,19 @@ template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>; 
 constexpr int VJP_COLUMNS_BLOCKS = CSM_VJP_COLUMNS_BLOCKS_PER_SM;  // vjp_columns' launch bounds
 constexpr int VJP_HOLD_THREADS = CSM_VJP_HOLD_THREADS;  // vjp_hold's threads a block at most
 
-// A pack's two inputs as Ld loads them, and the row's terms of them added to `part`.
-template <class Ld, class Ep, typename T, int V, typename C>
-__device__ inline void vjp_terms(const Ld& ld, const word_t<T, V>& wy, const word_t<T, V>& wg, C (&y)[V], C (&g)[V], C& part) {
+// A pack's two inputs as Ld loads them.
+template <class Ld, typename T, int V, typename C>
+__device__ inline void vjp_values(const Ld& ld, const word_t<T, V>& wy, const word_t<T, V>& wg, C (&y)[V], C (&g)[V]) {
     unpack_word<T, V>(wy, y);
     unpack_word<T, V>(wg, g);
     ld.load(y);
     ld.load(g);
+}
+
+// The same, and the row's terms of them added to `part`.
+template <class Ld, class Ep, typename T, int V, typename C>
+__device__ inline void vjp_terms(const Ld& ld, const word_t<T, V>& wy, const word_t<T, V>& wg, C (&y)[V], C (&g)[V], C& part) {
+    vjp_values<Ld, T, V>(ld, wy, wg, y, g);
 #pragma unroll
     for (int j = 0; j < V; ++j) part += Ep::term(y[j], g[j]);
 }
@@ -108,8 +114,8 @@ __device__ inline void vjp_run_write(const Ld& ld, const T* yr, const T* gr, T* 
         w.load(yr, gr, c0, n);
 #pragma unroll
         for (int b = 0; b < VJP_BATCH; ++b) {
-            C part = 0, yv[V], gv[V];
-            vjp_terms<Ld, Ep, T, V>(ld, w.y[b], w.g[b], yv, gv, part);
+            C yv[V], gv[V];
+            vjp_values<Ld, T, V>(ld, w.y[b], w.g[b], yv, gv);
 #pragma unroll
             for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s);
             store_row_pack<T, V>(xr, c0 + b * step, n, yv);
@@ -168,8 +174,8 @@ __global__ void __launch_bounds__(VJP_HOLD_THREADS, 1)
         const C s = C(block_reduce_once(acc_t(part), scratch[turn], SumOp()));
 #pragma unroll
         for (int p = 0; p < N; ++p) {
-            C yv[V], gv[V], unused = 0;
-            vjp_terms<Ld, Ep, T, V>(ld, wy[p], slot[p * blockDim.x], yv, gv, unused);
+            C yv[V], gv[V];
+            vjp_values<Ld, T, V>(ld, wy[p], slot[p * blockDim.x], yv, gv);
 #pragma unroll
             for (int j = 0; j < V; ++j) yv[j] = Ep::out(yv[j], gv[j], s);
             store_row_pack<T, V>(dx + at, threadIdx.x * V + p * step, n, yv);
