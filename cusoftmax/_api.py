@@ -125,8 +125,9 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     all NaN, and -inf entries of other slices give 0 (with `where`: among the positions left
     in). GPU work runs on CuPy's current stream. A scalar `scale`, positive and finite in the
     compute type, is applied by the kernels as they load `x`. `where` without `scale` is read by
-    the kernels for rows along the last axis of a C-contiguous `x` of up to 32,768 elements, with
-    a mask of `x`'s shape or one broadcast over a block of the leading axes (``(n,)``,
+    the kernels for rows along the last axis of a C-contiguous `x` that a block or a cluster of
+    blocks holds with a byte a place beside them (on an H200 up to 367,677 float32 elements),
+    with a mask of `x`'s shape or one broadcast over a block of the leading axes (``(n,)``,
     ``(batch, 1, ..., 1, n)``); other masks and scales are computed by array operations.
     Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when
     stored. On the host, float32 sums stay within a few ulps at any length: pairwise along a
@@ -267,10 +268,9 @@ def mask_rows(w, shape):
 
 def masked(c: "Call", w, op: str):
     """`op` (softmax or log_softmax) of a prepared GPU call with a bool CuPy mask `w`, by the
-    kernels that take the Masked load (``planning.LOAD_KERNELS``: the registers family, forced
-    where it holds the rows, at any width the default gives another family): the result (or
-    `out`), or None where none takes it (the reduced axis not the last of a C-contiguous input,
-    a mask ``mask_rows`` cannot read, or rows longer than the registers family holds)."""
+    kernels that take the Masked load (``planning.LOAD_KERNELS``; the policy's column for masked
+    rows): the result (or `out`), or None where none takes it (the reduced axis not the last of
+    a C-contiguous input, a mask ``mask_rows`` cannot read, or rows no such kernel holds)."""
     import cupy
 
     x = c.array
@@ -284,11 +284,10 @@ def masked(c: "Call", w, op: str):
         y = cupy.empty(x.shape, x.dtype)  # C-contiguous as x: the rows of the mask's order
         tuning = planning.active()
         strides = _elem_strides(x)
-        try:  # the registers family wherever it holds the row, the default's choice or not
-            layout, plan = _plan(x.shape, strides, strides, c.axes, x.itemsize,
-                                 (x.data.ptr % 16, y.data.ptr % 16), x.device.id, "registers",
-                                 tuning, op, "Masked")
-        except ValueError:  # rows longer than it holds
+        layout, plan = _plan(x.shape, strides, strides, c.axes, x.itemsize,
+                             (x.data.ptr % 16, y.data.ptr % 16), x.device.id, None, tuning, op,
+                             "Masked")
+        if plan is None:
             return None
         _kernels.bind(plan, layout, x.dtype.name, x.device.id, tuning)(x, y, load=words)
         if c.out is None:

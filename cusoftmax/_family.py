@@ -130,7 +130,7 @@ def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
     if fused and w is None and (s is None or fs is not None):
         return _api.fused(c, out, method, op, remember, fs)
     if fused and s is None and method is None:
-        y = _api.masked(c, w, op)  # the registers family, where it holds the rows
+        y = _api.masked(c, w, op)  # the kernels of the Masked load, where they hold the rows
         if y is not None:
             return out if out is not None else y
     _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None

@@ -31,11 +31,12 @@
 
 namespace csm {
 
-// Loads that know the element's place run in the registers family only (planning.LOAD_KERNELS).
+// Loads that know the element's place run in the kernels of planning.LOAD_KERNELS only.
 // MASKS: `row_at(row)` is row's mask r; `fetch<V>(r, col, cols)`, issued with the pack's load,
-// the keep bytes of the pack from column col (0 outside [0, cols)); `apply(v, w)` makes -inf the
-// elements whose byte is 0 and returns their bits (`left_out<V>(w)`); there, in a row whose max
-// is not finite, the kernel writes Ep::masked() (elsewhere their -inf gives it already).
+// the keep bytes of the pack from column col (0 outside [0, cols)); `stage<V>(dst, r, col,
+// cols)` the same into shared memory, for kernels that stage their packs; `apply(v, w)` makes
+// -inf the elements whose byte is 0 and returns their bits (`left_out<V>(w)`); there, in a row
+// whose max is not finite, the kernel writes Ep::masked() (elsewhere their -inf gives it already).
 template <class Ld> __device__ inline const unsigned char* mask_row(const Ld& ld, long long row) {
     if constexpr (Ld::MASKS)
         return ld.row_at(row);
@@ -112,6 +113,16 @@ struct Masked {
         for (int j = 0; j < V; ++j)
             if (col + j >= 0 && col + j < cols && r[(col + j) * msc]) w |= W(1) << (8 * j);
         return w;
+    }
+    // fetch's bytes at dst (V-aligned shared memory): one asynchronous copy where fetch takes one
+    // load of 4 bytes or more, so they arrive with the pack's own copy.
+    template <int V> __device__ void stage(unsigned char* dst, const unsigned char* r, long long col, long long cols) const {
+        if constexpr (V >= 4)
+            if (msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0) {
+                copy_async<V>(dst, r + col);
+                return;
+            }
+        *reinterpret_cast<typename Bytes<V>::type*>(dst) = fetch<V>(r, col, cols);
     }
     template <int V, typename W> __device__ static unsigned left_out(W w) {
         unsigned out = 0;

@@ -296,7 +296,10 @@ __global__ void __launch_bounds__(CSM_SHORT_ROWS_THREADS, 0)
 // loads, -inf past it. Each thread walks exactly the packs it staged, so after copy_wait() it
 // needs no barrier. Three walks on chip follow: max, sum of exp, write. SPAN: the slice is one
 // of a row's aligned span, whose elements before column `lo` of the slice are not the row's
-// (-inf, not written). Ld: the values' load; Ep: the writes' op.
+// (-inf, not written). Ld: the values' load; Ep: the writes' op. A masking load (Ld::MASKS)
+// stages the slice's keep bytes after its packs (load_keep; element c of the slice is the row's
+// column c - lo); the max walk makes the values it leaves out -inf in shared memory, so the
+// later walks take the values as they are.
 template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Staged {
     using C = compute_t<T>;
     T* s;
@@ -324,11 +327,28 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
             }
         }
     }
-    // The maximum of the packs' bits, loaded (Ld's load is monotone).
+    // MASKS: the row's keep bytes beside the packs, `r` the row's mask of `cols` columns.
+    __device__ void load_keep(const Ld& ld, const unsigned char* r, long long cols) const {
+        if constexpr (Ld::MASKS)
+            for (int k = first; k < count; k += stride) ld.template stage<V>(keep(k), r, (long long)k * V - lo, cols);
+    }
+    // The maximum of the packs' bits, loaded (Ld's load is monotone); MASKS: of the packs as Ld
+    // loads them, stored back where it left some out.
     __device__ C max(const Ld& ld) const {
         C m = neg_inf<C>();
-        for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
-        return one(ld, m);
+        if constexpr (Ld::MASKS) {
+            for (int k = first; k < count; k += stride) {
+                C v[V];
+                unpack(load_pack<T, V>(s + k * V), v);
+                if (ld.apply(v, keep_word(k))) store_pack<T, V>(s + k * V, pack_out<T, V>(v));
+#pragma unroll
+                for (int j = 0; j < V; ++j) m = fmax(m, v[j]);
+            }
+            return m;
+        } else {
+            for (int k = first; k < count; k += stride) m = fmax(m, pack_max<T, V>(load_pack<T, V>(s + k * V)));
+            return one(ld, m);
+        }
     }
     // The slice's sum of exp(x - Ep::ref(m)), and its writes, Ep's outputs with constant k.
     // SHIFT: by exp_shifted where shift_ok and Ep::SHIFTS, which is exact only where the slice's
@@ -359,21 +379,33 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
         });
         return part;
     }
-    __device__ void write_kept(T* y, long long left, C c) const {
-        each(Plain(), [&](int k, C(&v)[V]) {  // terms, loaded already
+    // m, k: the row's max and constant (masked_writes).
+    __device__ void write_kept(T* y, long long left, C c, C m, C k) const {
+        each(Plain(), [&](int p, C(&v)[V]) {  // terms, loaded already
 #pragma unroll
             for (int j = 0; j < V; ++j) v[j] = Ep::apply_term(v[j], c);
-            store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
+            masked_writes<Ld, Ep>(v, m, k, [&] { return left_at(p); });
+            store_row_pack<T, V, SPAN>(y, (long long)p * V, left, v, lo);
         });
     }
 
   private:
-    // f(k, v) for each of this thread's packs k, v its values in the compute type as L loads them.
+    // MASKS: pack k's keep bytes, and the bits of the elements they leave out.
+    __device__ unsigned char* keep(int k) const { return reinterpret_cast<unsigned char*>(s + (long long)count * V) + k * V; }
+    __device__ typename Bytes<V>::type keep_word(int k) const { return *reinterpret_cast<const typename Bytes<V>::type*>(keep(k)); }
+    __device__ unsigned left_at(int k) const {
+        if constexpr (Ld::MASKS)
+            return Ld::template left_out<V>(keep_word(k));
+        else
+            return 0;
+    }
+    // f(k, v) for each of this thread's packs k, v its values in the compute type as L loads them
+    // (MASKS: as the max walk left them).
     template <class L, typename F> __device__ void each(const L& ld, F&& f) const {
         for (int k = first; k < count; k += stride) {
             C v[V];
             unpack(load_pack<T, V>(s + k * V), v);
-            ld.load(v);
+            if constexpr (!L::MASKS) ld.load(v);
             f(k, v);
         }
     }
@@ -390,6 +422,7 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
         const C shift = shift_of(m);
         each(ld, [&](int k, C(&v)[V]) {
             finish<Ep, SHIFTED>(v, m, shift, c);
+            masked_writes<Ld, Ep>(v, m, c, [&] { return left_at(k); });
             store_row_pack<T, V, SPAN>(y, (long long)k * V, left, v, lo);
         });
     }
@@ -506,7 +539,7 @@ __global__ void __launch_bounds__(CSM_FLAT_THREADS) flat(const T* x, T* y, long 
 // Dynamic shared memory of the block and cluster kernels: FUSED_SCRATCH bytes (32 acc_t of
 // reduction scratch, 2 for the cluster's merged pair, 2 x 16 x 2 that the cluster's blocks send
 // each other, 2 barriers that count them), then the block's slice of the row (its packs, as
-// bits).
+// bits), then, for a masking load, the slice's keep bytes (a byte an element).
 constexpr int FUSED_SCRATCH = CSM_FUSED_SCRATCH;
 static_assert(FUSED_SCRATCH >= (32 + 2 + 2 * 16 * 2) * sizeof(acc_t) + 2 * 8, "FUSED_SCRATCH holds scratch, pairs and barriers");
 
@@ -532,6 +565,7 @@ template <class Ld, class Ep, typename T, int V, int CL, int SPILL, bool SPAN>
 __device__ inline void fused_rows_in(const Ld& ld, const T* x, T* y, long long rows, long long cols, long long ldx,
                                      long long ldy, long long first, long long step, int rank, int held) {
     static_assert(CL <= 16, "FUSED_SCRATCH receives pairs from up to 16 blocks");
+    static_assert(!(Ld::MASKS && SPILL), "a spill's packs are not staged with their keep bytes");
     using C = compute_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
     acc_t* scratch = reinterpret_cast<acc_t*>(smem);
@@ -559,6 +593,7 @@ __device__ inline void fused_rows_in(const Ld& ld, const T* x, T* y, long long r
         Staged<Ld, Ep, T, V, SPAN> st = st0;
         st.lo = head - k0 * V;
         st.load(x + row * ldx + k0 * V - head, left);  // one DRAM read per element
+        st.load_keep(ld, mask_row(ld, row), cols);
         if constexpr (CL > 1)
             if (k == 0) mail.opened();  // while the first row loads
         MD<C> sp = MD<C>::identity();
@@ -590,7 +625,7 @@ __device__ inline void fused_rows_in(const Ld& ld, const T* x, T* y, long long r
         // lone block's shift cancels against its sum's).
         const C c = Ep::constant(m, d);
         if constexpr (KEEP)  // the kept terms exp(x - base) times exp(base - m): 1 where base is m
-            st.write_kept(y + row * ldy + k0 * V - head, left, c * kept_fix(mine_m, base, m));
+            st.write_kept(y + row * ldy + k0 * V - head, left, c * kept_fix(mine_m, base, m), m, c);
         else
             st.template write<SHIFT>(ld, y + row * ldy + k0 * V - head, left, m, CL > 1 && SHIFT ? Ep::shifted_writes(m, c) : c);
         if constexpr (SPILL)  // the spill read again

@@ -619,6 +619,43 @@ def test_log_softmax_takes_softmax_plans_with_its_epilogue():
     assert seen >= {"registers", "tiles", "block", "cluster", "online", "columns", "slab"}, seen
 
 
+def test_masked_plans_by_row_length():
+    """A masking load (where=): the table's masked column. Rows in registers up to
+    masked_registers_max_cols, longer rows in a cluster (a block where clusters are not, or below
+    cluster_min_bytes) with a keep byte staged beside each element; none where a spill would be
+    needed, none for a strided axis. Only the kernels of LOAD_KERNELS."""
+    def masked(cols, limits=H200, itemsize=4, tuning=None, rows=64):
+        layout = Layout(rows, cols, 1, (cols, 1), (cols, 1))
+        return d.plan(layout, itemsize, (0, 0), limits, None, tuning, "softmax", "Masked")
+
+    most = t.masked_registers_max_cols
+    for itemsize in (2, 4, 8):
+        assert masked(32, itemsize=itemsize).kernel == "registers"
+        assert masked(most, itemsize=itemsize).kernel == "registers"
+        longer = masked(most + 1, itemsize=itemsize)
+        assert longer.kernel == "cluster" and longer.ops == ("Masked", "Softmax")
+    # a keep byte an element beside each slice: float32 slices of 5 bytes an element
+    plain = d.plan(Layout(64, 3 * most, 1, (3 * most, 1), (3 * most, 1)), 4, (0, 0), H200)
+    staged = masked(3 * most)
+    per = math.ceil(3 * most / 4 / staged.size) * 4
+    assert staged.smem == t.block_scratch + 5 * per
+    assert staged.size >= plain.size
+    assert masked(2**20) is None  # a spill's plan: array operations
+    assert masked(2**21, itemsize=8) is None
+    # no clusters: the block while it holds the row
+    assert masked(most + 1, limits=A100).kernel == "block"
+    assert masked(most + 1, limits=A100).smem == t.block_scratch + 5 * (most + 4)
+    assert masked(40000, limits=A100) is None
+    # without registers' rows: block below cluster_min_bytes, then clusters
+    staged_only = dataclasses.replace(t, masked_registers_max_cols=0)
+    assert masked(1000, tuning=staged_only).kernel == "block"
+    assert masked(t.cluster_min_bytes // 4 + 4, tuning=staged_only).kernel == "cluster"
+    strided = Layout(1, 1000, 4096, (1000 * 4096, 4096), (1000 * 4096, 4096))
+    assert d.plan(strided, 4, (0, 0), H200, None, None, "softmax", "Masked") is None
+    for entry in d.ORDER:
+        assert (entry.masked is not None) == (entry.method in d.LOAD_KERNELS["Masked"]), entry.method
+
+
 def test_reduce_plans_cover_every_row_and_axis():
     """logsumexp's own order (planning/reduce.py): warps' lanes for short rows, chunked blocks
     for long ones, strips of columns for a strided axis; chunks cover the slice exactly once."""

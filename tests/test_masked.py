@@ -1,15 +1,18 @@
-"""``where=`` in the kernels (the Masked load, the registers family): rows of up to the registers
-family's width with a mask of x's shape, one broadcast along the rows ((n,), (batch, 1, ..., n))
-or a row mask; left-out places exactly 0 (softmax) or -inf (log_softmax), whole rows left out
-included; the rest within the bounds against SciPy on the kept entries. Masks the kernels cannot
-read, and longer rows, go to array operations (tests/test_family.py)."""
+"""``where=`` in the kernels (the Masked load: the registers family, and the block and cluster
+kernels with the keep bytes staged beside the row): rows of up to what the cluster holds with a
+mask of x's shape, one broadcast along the rows ((n,), (batch, 1, ..., n)) or a row mask;
+left-out places exactly 0 (softmax) or -inf (log_softmax), whole rows left out included; the
+rest within the bounds against SciPy on the kept entries. Masks the kernels cannot read, and
+longer rows, go to array operations (tests/test_family.py)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 import scipy.special
 
 import cusoftmax
-from cusoftmax import _api
+from cusoftmax import _api, planning
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, violations
 from _support import BF16, assert_same_bits, requires_gpu, to_host
 
@@ -46,15 +49,28 @@ def _check(y, x, where, op, dtype):
     assert msg is None, msg
 
 
+# The default's families, then block and cluster at every width (no registers rows: where a
+# cluster holds the row, or a block below cluster_min_bytes).
+STAGED = dataclasses.replace(planning.TUNING, masked_registers_max_cols=0)
+
+
 @requires_gpu
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64], ids=str)
-@pytest.mark.parametrize("n", [1, 7, 32, 100, 513, 1000, 4096, 16384, 16385, 32768])
-def test_masks_in_the_registers_kernels(op, dtype, n):
-    import cupy
-
+@pytest.mark.parametrize("n", [1, 7, 32, 100, 513, 1000, 4096, 16384, 16385, 32768, 65536, 100003])
+@pytest.mark.parametrize("tuning", ["default", "staged"])
+def test_masks_in_the_kernels(op, dtype, n, tuning):
     if op == "log_softmax" and dtype == np.float64:
         pytest.skip("float64 log_softmax is computed by array operations")
+    if tuning == "staged" and n == 1:
+        pytest.skip("rows of one element stay in registers")
+    with planning.use(STAGED if tuning == "staged" else planning.TUNING):
+        _masks_in_the_kernels(op, dtype, n, tuning)
+
+
+def _masks_in_the_kernels(op, dtype, n, tuning):
+    import cupy
+
     rng = np.random.default_rng(n)
     b, h = 3, 4
     a = (rng.standard_normal((b, h, n)) * 4).astype(dtype)
@@ -62,6 +78,11 @@ def test_masks_in_the_registers_kernels(op, dtype, n):
     a[1, 2, :] = -np.inf
     a[2, 3, n // 3] = np.nan
     x = cupy.asarray(a)
+    strides = _api._elem_strides(x)
+    kernel = _api._plan(x.shape, strides, strides, (2,), x.itemsize, (0, 0), x.device.id, None,
+                        planning.active(), op, "Masked")[1].kernel
+    staged = tuning == "staged" or n > planning.TUNING.masked_registers_max_cols
+    assert kernel in (("block", "cluster") if staged else ("registers", "short_spans")), kernel
     masks = {"full": rng.random((b, h, n)) < 0.6, "padding": rng.random((b, 1, n)) < 0.7,
              "columns": rng.random(n) < 0.5,
              # rows one byte off their alignment: the keep bytes read one by one
@@ -91,7 +112,8 @@ def test_masks_the_kernels_do_not_take_run_as_array_operations():
     cases = [(x[..., ::2], rng.random((2, 1, 1, 50)) < 0.5, -1),  # x not C-contiguous
              (x, rng.random((2, 1, 4, 100)) < 0.5, -1),  # varies after a broadcast axis
              (x, rng.random((2, 3, 4, 100)) < 0.5, 2),  # not the last axis
-             (cupy.asarray(rng.standard_normal((2, 70000)).astype(np.float32)), rng.random(70000) < 0.5, -1)]
+             # longer than a cluster holds with its keep bytes (a spill's plan)
+             (cupy.asarray(rng.standard_normal((2, 2**20)).astype(np.float32)), rng.random(2**20) < 0.5, -1)]
     for xv, mask, axis in cases:
         where = cupy.asarray(mask)
         c = _api.prepare(xv, axis, None, None, "softmax")

@@ -5,7 +5,8 @@ log_softmax; the reductions to one value a slice, logsumexp, have their own in `
 the backward passes in ``vjp.py``, softmax with top-k in ``topk.py``, rows normalised from
 given statistics in ``normalize.py``).
 Each entry names a kernel family, the layouts it takes (contiguous rows, or a strided reduced
-axis) and when the default takes it; the first entry that applies and whose planner returns a
+axis), when the default takes it and when it takes a masking load's rows (where=, the Masked
+load: None for a family that cannot); the first entry that applies and whose planner returns a
 plan wins (a planner returns None where its kernel cannot hold the case: the next entry takes
 over). None at the end: the caller makes a contiguous copy with the reduced axes last and plans
 again. A forced ``method`` runs that family's planner alone, which raises ValueError naming the
@@ -40,6 +41,7 @@ class Entry(NamedTuple):
     family: object  # the family's module: its plan(case, forced) and templates(itemsize, ...)
     strided: bool  # takes a strided reduced axis (forced: any layout), else contiguous rows
     when: Callable[[Case], bool]  # the default takes it
+    masked: Callable[[Case], bool] | None = None  # ... a masking load's (LOAD_KERNELS)
 
 
 ORDER = (
@@ -48,10 +50,13 @@ ORDER = (
     Entry("columns", columns, True, columns.default),  # else two passes over the axis
     # contiguous rows:
     Entry("flat", flat, False, flat.default),  # short, back to back off 16-byte boundaries
-    Entry("registers", registers, False, registers.default),  # short; wide where they won
+    Entry("registers", registers, False, registers.default,  # short; wide where they won
+          registers.masked),  # masked: up to masked_registers_max_cols
     Entry("tiles", tiles, False, tiles.default),  # up to tiles_max_bytes
-    Entry("block", block, False, block.default),  # in a block, no cluster or <= cluster_min_bytes
-    Entry("cluster", cluster, False, cluster.default),  # in a cluster, or spilling little
+    Entry("block", block, False, block.default,  # in a block, no cluster or <= cluster_min_bytes
+          block.default),  # masked: the same, keep bytes staged too
+    Entry("cluster", cluster, False, cluster.default,  # in a cluster, or spilling little
+          cluster.default),  # masked: the same (a spill's plan: none)
     Entry("grid", grid, False, grid.default),  # float32 to grid_max_row_bytes, with clusters
     Entry("online", online, False, lambda case: True),  # any row
 )
@@ -70,7 +75,7 @@ def plan(layout, itemsize: int, addresses, limits: Limits, method=None, tuning=N
     if method not in (None, *METHODS):
         raise ValueError(f"method must be None or one of {METHODS}, got {method!r}")
     t = (_active if tuning is None else tuning).for_load(load)
-    return _computing(op, load, _choose(layout, itemsize, addresses, limits, method, t))
+    return _computing(op, load, _choose(layout, itemsize, addresses, limits, method, t, load))
 
 
 def _computing(op: str, load: str, chosen: Plan | None) -> Plan | None:
@@ -85,15 +90,17 @@ def _computing(op: str, load: str, chosen: Plan | None) -> Plan | None:
     return dataclasses.replace(chosen, ops=ops)
 
 
-def _choose(layout, itemsize, addresses, limits, method, tuning):
+def _choose(layout, itemsize, addresses, limits, method, tuning, load="Plain"):
     if layout is None:
         return None
-    case = Case(layout, itemsize, addresses, limits, tuning)
+    case = Case(layout, itemsize, addresses, limits, tuning, load)
     if method is not None:
         entry = _BY_METHOD[method]
         return entry.family.plan(case, forced=True) if entry.strided or layout.rows else None
+    placed = load in LOAD_KERNELS
     for entry in ORDER:
-        if entry.strided != layout.rows and entry.when(case):
+        when = entry.masked if placed else entry.when
+        if entry.strided != layout.rows and when is not None and when(case):
             chosen = entry.family.plan(case)
             if chosen is not None:
                 return chosen

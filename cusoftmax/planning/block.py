@@ -15,7 +15,7 @@ class BlockPlan(Plan):
 
 def fits(c) -> bool:
     vec, cols = c.on_chip
-    return c.tuning.block_scratch + padded_bytes(cols, c.itemsize, vec) <= c.limits.smem_per_block
+    return c.tuning.block_scratch + padded_bytes(cols, c.staged_itemsize, vec) <= c.limits.smem_per_block
 
 
 def default(c) -> bool:
@@ -34,7 +34,7 @@ def plan(c, forced=False) -> BlockPlan:
     vec, cols = c.on_chip
     nbytes = padded_bytes(cols, c.itemsize, vec)
     return BlockPlan(vec, min(MAX_GRID, c.rows), threads_for(nbytes, c.itemsize, c.tuning),
-                     c.tuning.block_scratch + nbytes)
+                     c.tuning.block_scratch + padded_bytes(cols, c.staged_itemsize, vec))
 
 
 def templates(itemsize, clusters, tuning):

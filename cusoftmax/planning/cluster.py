@@ -38,7 +38,7 @@ def size(c):
     def find():
         t, (vec, cols) = c.tuning, c.on_chip
         smalls = (*t.cluster_slice_bytes, shared_slice_bytes(c.limits, t))
-        return cluster_size(lambda s: slice_bytes(cols, c.itemsize, vec, s), c.limits, t,
+        return cluster_size(lambda s: slice_bytes(cols, c.staged_itemsize, vec, s), c.limits, t,
                             lambda s: t.block_scratch, smalls)
     return c.once("cluster_size", find)
 
@@ -49,7 +49,7 @@ def shares_sm(c) -> bool:
     found = size(c)
     if found is None:
         return False
-    return slice_bytes(cols, c.itemsize, vec, found) <= shared_slice_bytes(c.limits, c.tuning)
+    return slice_bytes(cols, c.staged_itemsize, vec, found) <= shared_slice_bytes(c.limits, c.tuning)
 
 
 def _spill(c):
@@ -93,7 +93,8 @@ def plan(c, forced=False) -> ClusterPlan:
     nbytes = slice_bytes(cols, c.itemsize, vec, found)
     grid = min(MAX_GRID // found, c.rows) * found
     threads = threads_for(nbytes, c.itemsize, t)
-    return ClusterPlan(vec, grid, threads, t.block_scratch + nbytes, size=found)
+    return ClusterPlan(vec, grid, threads, t.block_scratch + slice_bytes(cols, c.staged_itemsize, vec, found),
+                       size=found)
 
 
 def templates(itemsize, clusters, tuning):

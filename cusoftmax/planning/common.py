@@ -36,7 +36,9 @@ REDUCTIONS = ("logsumexp", "slice_state")
 # "Masked", x where a bool mask (where=) is true, by the kernels of LOAD_KERNELS only.
 LOADS = {"Plain": tuple(EPILOGUES), "Scaled": ("softmax", "log_softmax", "logsumexp", "slice_state"),
          "Masked": ("softmax", "log_softmax")}
-LOAD_KERNELS = {"Masked": ("registers", "short_spans")}  # loads that need each element's place
+# Loads that need each element's place, and the kernels that take them.
+LOAD_KERNELS = {"Masked": ("registers", "short_spans", "block", "cluster")}
+STAGED_SIDE = {"Masked": 1}  # bytes a load stages beside each element (block, cluster): a keep byte
 LOAD_SLOTS = 4  # 8-byte launch slots of the largest load functor (Masked: a pointer, 3 strides)
 VJPS = ("softmax_vjp", "log_softmax_vjp")  # dx from y and dy: the vjp family (vjp.py)
 
@@ -147,9 +149,10 @@ def strided_args(layout) -> tuple[int, ...]:
 class Case:
     """One call as the planners see it; each quantity is worked out once, when first read."""
 
-    def __init__(self, layout, itemsize: int, addresses, limits: Limits, tuning: Tuning):
+    def __init__(self, layout, itemsize: int, addresses, limits: Limits, tuning: Tuning,
+                 load: str = "Plain"):
         self.layout, self.itemsize, self.addresses = layout, itemsize, addresses
-        self.limits, self.tuning = limits, tuning
+        self.limits, self.tuning, self.load = limits, tuning, load
         self.rows, self.cols = layout.outer, layout.n
         self._memo = {}
 
@@ -195,6 +198,12 @@ class Case:
     @property
     def row_bytes(self) -> int:
         return self.cols * self.itemsize
+
+    @property
+    def staged_itemsize(self) -> int:
+        """Shared-memory bytes an element takes where the block and cluster kernels stage it:
+        its own and what the load stages beside it (STAGED_SIDE)."""
+        return self.itemsize + STAGED_SIDE.get(self.load, 0)
 
 
 def vecs(itemsize):

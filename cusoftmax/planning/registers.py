@@ -84,6 +84,13 @@ def default(c) -> bool:
     return resident * cols * itemsize >= t.registers_wide_min_resident_bytes
 
 
+def masked(c) -> bool:
+    """A masking load's rows (their keep bytes held too, Tuning.for_load), wherever they fit up
+    to masked_registers_max_cols."""
+    t = c.tuning
+    return c.cols <= t.masked_registers_max_cols and shape(c.cols, c.vec, c.itemsize, t) is not None
+
+
 def _spanned(c, batch):
     """The shape of the rows in their spans' packs, or None where they keep their own packs:
     short rows take spans only past registers_short_span_min_bytes, from small packs."""

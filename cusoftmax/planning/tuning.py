@@ -42,6 +42,8 @@ class Tuning:
     masked_lane_values: int = 8
     # its wide rows: to 32768 elements a block; 16384 at 0.92-0.98 of copy, 16: 0.75-0.91 [registers-13]
     masked_wide_values: int = 32
+    # longer masked rows to block and cluster: 32768 ran one block an SM, 0.62-0.90 [registers-14]
+    masked_registers_max_cols: int = 16384
     warp_lane_values_float64_one_pack: int = 4  # float64, a pack a lane: 4 won [registers-10]
     warp_waves: int = 8  # full residencies of the looped grids [registers-11]
     registers_float32_waves: int = 16  # float32 16-byte packs: 0.2-2% faster [registers-12]
