@@ -130,6 +130,37 @@ struct Masked {
         for (int j = 0; j < V; ++j) out |= unsigned(((w >> (8 * j)) & 0xff) == 0) << j;
         return out;
     }
+    // The pack p in memory's form with the elements that w leaves out set to -inf's bits; true
+    // where it left any out. Four keep bytes a compare (0xff where a byte is 0), each spread over
+    // its element's bits by a byte permutation, then one select a 32-bit word.
+    template <typename T, int V, typename W> __device__ static bool apply_bits(Pack<T, V>& p, W w) {
+        constexpr int N = sizeof(T) * V / 4, E = sizeof(T);  // words, bytes an element
+        if constexpr (N == 0) {
+            compute_t<T> v[V];
+            unpack(p, v);
+            const unsigned out = Masked().apply(v, w);
+            if (out) p = pack_out<T, V>(v);
+            return out;
+        } else {
+            Pack<T, V> low;  // -inf's bits in every element
+#pragma unroll
+            for (int j = 0; j < V; ++j) low.v[j] = Traits<T>::out(neg_inf<compute_t<T>>());
+            unsigned u[N], f[N], any = 0;
+            memcpy(u, &p, sizeof u);
+            memcpy(f, &low, sizeof f);
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                const int e = i * 4 / E;  // the word's first element; its keep byte's place in z:
+                const unsigned z = __vcmpeq4(unsigned((unsigned long long)w >> (8 * (e & ~3))), 0u);
+                const unsigned b = e & 3, spread = E == 2 ? (b ? 0x3322u : 0x1100u) : b * 0x1111u;
+                const unsigned out = __byte_perm(z, 0u, spread);
+                u[i] = (u[i] & ~out) | (f[i] & out);
+                any |= out;
+            }
+            memcpy(&p, u, sizeof u);
+            return any != 0;
+        }
+    }
     template <int V, typename C, typename W> __device__ unsigned apply(C (&v)[V], W w) const {
         unsigned out = 0;
 #pragma unroll

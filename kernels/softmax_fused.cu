@@ -338,11 +338,9 @@ template <class Ld, class Ep, typename T, int V, bool SPAN = false> struct Stage
         C m = neg_inf<C>();
         if constexpr (Ld::MASKS) {
             for (int k = first; k < count; k += stride) {
-                C v[V];
-                unpack(load_pack<T, V>(s + k * V), v);
-                if (ld.apply(v, keep_word(k))) store_pack<T, V>(s + k * V, pack_out<T, V>(v));
-#pragma unroll
-                for (int j = 0; j < V; ++j) m = fmax(m, v[j]);
+                Pack<T, V> p = load_pack<T, V>(s + k * V);
+                if (Ld::apply_bits(p, keep_word(k))) store_pack<T, V>(s + k * V, p);
+                m = fmax(m, pack_max<T, V>(p));
             }
             return m;
         } else {
