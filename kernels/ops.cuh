@@ -103,10 +103,14 @@ struct Masked {
                                                       : row / rdiv;
         return m + q * msr;
     }
-    // The pack's V keep bytes in one load where they lie together and aligned, else one by one.
+    // The pack's V keep bytes lie together, inside the row and V-aligned: one load takes them.
+    template <int V> __device__ bool in_one(const unsigned char* r, long long col, long long cols) const {
+        return msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0;
+    }
+    // The pack's V keep bytes in one load where in_one, else one by one.
     template <int V> __device__ typename Bytes<V>::type fetch(const unsigned char* r, long long col, long long cols) const {
         using W = typename Bytes<V>::type;
-        if (msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0)
+        if (in_one<V>(r, col, cols))
             return *reinterpret_cast<const W*>(r + col);
         W w = 0;
 #pragma unroll
@@ -118,7 +122,7 @@ struct Masked {
     // load of 4 bytes or more, so they arrive with the pack's own copy.
     template <int V> __device__ void stage(unsigned char* dst, const unsigned char* r, long long col, long long cols) const {
         if constexpr (V >= 4)
-            if (msc == 1 && col >= 0 && col + V <= cols && reinterpret_cast<unsigned long long>(r + col) % V == 0) {
+            if (in_one<V>(r, col, cols)) {
                 copy_async<V>(dst, r + col);
                 return;
             }
