@@ -49,11 +49,13 @@ template <typename A, typename C> __device__ inline void raise_to(C& m, A& c, A&
 
 // (m, c, s), identity (-inf, 0, 0). fmax ignores NaN, so a NaN element goes to s and makes it
 // NaN; elements equal to m are counted, never exp'd, whatever m is (-inf and +inf included, so a
-// slice of -inf is (-inf, n, 0) and one holding +inf has c > 0 and s 0 or NaN).
-template <typename C> struct MCS {
+// slice of -inf is (-inf, n, 0) and one holding +inf has c > 0 and s 0 or NaN). c and s in A:
+// double, or float for a thread's own state where its bounds allow (Own); wide() for merges.
+template <typename C, typename A = acc_t> struct MCS {
     C m;
-    acc_t c, s;
-    __device__ static MCS identity() { return {neg_inf<C>(), 0.0, 0.0}; }
+    A c, s;
+    __device__ static MCS identity() { return {neg_inf<C>(), A(0), A(0)}; }
+    __device__ MCS<C> wide() const { return {m, acc_t(c), acc_t(s)}; }
     __device__ void raise(C top) { raise_to(m, c, s, top); }
     // Adds the elements that each(f) passes to f, one at a time, walked twice: one raise to
     // their max, then their counts and terms, summed in the compute type (at most 64 terms
@@ -73,8 +75,8 @@ template <typename C> struct MCS {
             if (BY_SHIFT) ss *= shift_fix(m);
         };
         if constexpr (SHIFTED) with_shift(shift_ok(m), terms); else terms(Shift<false>());
-        c += acc_t(cs);
-        s += acc_t(ss);
+        c += A(cs);
+        s += A(ss);
     }
     __device__ void merge(MCS o) {
         const C top = fmax(m, o.m);
@@ -84,6 +86,14 @@ template <typename C> struct MCS {
         s += o.s;
     }
 };
+
+// A thread's own running state (its part of a slice, merged wide): c and s float for 2-byte
+// types, else double. A float sum of k terms errs by at most k * 2^-24 of it, and so log(c + s)
+// by that: k, a thread's terms, is 512 at most in rows and some 4096 in columns of a 2^31-element
+// tensor (2 columns of some 2 * 528 items of 256 threads), 2.4e-4, inside their atol of 1e-2.
+template <typename T, bool HALF = sizeof(T) == 2> struct OwnAcc { using type = acc_t; };
+template <typename T> struct OwnAcc<T, true> { using type = float; };
+template <typename T> using Own = MCS<compute_t<T>, typename OwnAcc<T>::type>;
 
 // The state of each aligned group of `width` lanes, every lane getting its group's (shuffle
 // trees: the largest m, then the counts and sums raised to it), the trees' sums in A. A = C
@@ -163,10 +173,44 @@ template <class Ld, typename T, int V, int P> __device__ inline Words<Ld, T, V, 
     return {ld, w};
 }
 
+// Column j of S packs of V columns of a 2-byte type (the same columns at S steps of a strided
+// axis): each value as Ld loads it, unpacked from the packs at each walk (only the packs are held).
+template <class Ld, typename T, int V, int S> struct Column {
+    static_assert(sizeof(T) == 2 && V >= 2, "half types' pairs");
+    const Ld& ld;
+    const Pack<T, V> (&p)[S];
+    int j;
+    template <typename F> __device__ void operator()(F&& f) const {
+#pragma unroll
+        for (int b = 0; b < S; ++b) {
+            compute_t<T> v[V];
+            unpack(p[b], v);
+            ld.load(v);
+            f(v[j]);
+        }
+    }
+};
+// max_of a column: the max of its pair of columns on their bits over the S steps (HMNMX2, fmax
+// semantics as pack_max; a load that runs here is monotone, ops.cuh).
+template <class Ld, typename T, int V, int S>
+__device__ inline compute_t<T> max_of(const Column<Ld, T, V, S>& each, compute_t<T> m) {
+    static_assert(!Ld::MASKS, "a load that leaves elements out has no max on bits");
+    using T2 = typename Traits<T>::T2;
+    const int pair = each.j & ~1;
+    T2 w, u;
+    memcpy(&w, &each.p[0].v[pair], sizeof w);
+#pragma unroll
+    for (int b = 1; b < S; ++b) {
+        memcpy(&u, &each.p[b].v[pair], sizeof u);
+        w = __hmax2(w, u);
+    }
+    return fmax(m, one(each.ld, each.j & 1 ? __high2float(w) : __low2float(w)));
+}
+
 // This thread's packs of the n elements at xr: c0, c0 + step, ..., in batches of REDUCE_BATCH,
 // the next batch loaded before this one is pushed, so two are in flight (-inf past n, no load).
 template <class Ld, typename T, int V>
-__device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int step, MCS<compute_t<T>>& s) {
+__device__ inline void push_run(const Ld& ld, const T* xr, int n, int c0, int step, Own<T>& s) {
     using C = compute_t<T>;
     auto load = [&](int c, word_t<T, V>(&w)[REDUCE_BATCH]) {
 #pragma unroll
@@ -327,9 +371,9 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
             return x + min(u.t + j, rows - 1) * ldx;
         });
     };
-    MCS<C> s[R];
+    Own<T> s[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) s[r] = MCS<C>::identity();
+    for (int r = 0; r < R; ++r) s[r] = Own<T>::identity();
     Step u{warp * G * R, 0}, ahead = u;
     for (int i = 0; i < ring.AHEAD; ++i, ahead = after(ahead)) issue(ahead);
     for (; u.t < rows; u = after(u), ahead = after(ahead)) {
@@ -340,10 +384,10 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         for (int r = 0; r < R; ++r) {
             s[r].template push<LANES_SHIFTED>(words<Ld, T, V>(ld, raw[r]));
             if (u.b + 1 == rounds) {
-                const MCS<C> m = group_merge<C>(s[r], W);
+                const MCS<C> m = group_merge<C>(s[r].wide(), W);
                 const long long row = u.t + (long long)r * G + group;
                 if (sub == 0 && row < rows) put_value<Ep, T>(y, row, m);
-                s[r] = MCS<C>::identity();
+                s[r] = Own<T>::identity();
             }
         }
     }
@@ -375,9 +419,9 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
     for (long long t = blockIdx.x; t < rows * chunks; t += gridDim.x) {
         const long long row = t / chunks, k = t % chunks, begin = k * chunk;
         const int len = int(min(chunk, n - begin));
-        MCS<C> s = MCS<C>::identity();
-        push_run<Ld, T, V>(ld, x + row * ldx + begin, len, int(threadIdx.x) * V, REDUCE_THREADS * V, s);
-        s = block_merge(s, sh);
+        Own<T> own = Own<T>::identity();
+        push_run<Ld, T, V>(ld, x + row * ldx + begin, len, int(threadIdx.x) * V, REDUCE_THREADS * V, own);
+        const MCS<C> s = block_merge(own.wide(), sh);
         if (chunks == 1) {
             if (threadIdx.x == 0) put_value<Ep, T>(y, row, s);
             continue;
@@ -412,9 +456,9 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         const long long line = t / chunks, k = t % chunks, o = line / strips;
         const long long col0 = line % strips * cols, col = col0 + (long long)pack * V;
         const long long k0 = k * chunk, k1 = min(n, k0 + chunk);
-        MCS<C> s[V];
+        Own<T> s[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) s[j] = MCS<C>::identity();
+        for (int j = 0; j < V; ++j) s[j] = Own<T>::identity();
         // This thread's steps k0 + lane, k0 + lane + lanes, ...: `left` of them, `apart` apart.
         int left = col < inner ? int((k1 - k0 - lane + lanes - 1) / lanes) : 0;
         const long long apart = (long long)lanes * xsn;
@@ -432,14 +476,19 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
             at += S * apart;
         };
         auto push = [&](const Pack<T, V>(&p)[S]) {
-            C w[V][S];  // column j at the batch's steps
-            pack_columns<Ld>(ld, p, w);
+            if constexpr (sizeof(T) == 2 && V >= 2) {  // each walk unpacks its column (an instruction a value)
 #pragma unroll
-            for (int j = 0; j < V; ++j)
-                s[j].template push<COLUMNS_SHIFTED>([&](auto f) {
+                for (int j = 0; j < V; ++j) s[j].template push<COLUMNS_SHIFTED>(Column<Ld, T, V, S>{ld, p, j});
+            } else {
+                C w[V][S];  // column j at the batch's steps, as Ld loads them
+                pack_columns<Ld>(ld, p, w);
 #pragma unroll
-                    for (int b = 0; b < S; ++b) f(w[j][b]);
-                });
+                for (int j = 0; j < V; ++j)
+                    s[j].template push<COLUMNS_SHIFTED>([&](auto f) {
+#pragma unroll
+                        for (int b = 0; b < S; ++b) f(w[j][b]);
+                    });
+            }
         };
         Pack<T, V> p[S];
         for (; left >= S; left -= S) {
@@ -454,19 +503,20 @@ __global__ void __launch_bounds__(REDUCE_THREADS, REDUCE_BLOCKS<T>)
         double* parts = ws.part + 3 * line * chunks * cols;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-            red[3 * threadIdx.x] = double(s[j].m);
-            red[3 * threadIdx.x + 1] = s[j].c;
-            red[3 * threadIdx.x + 2] = s[j].s;
+            MCS<C> w = s[j].wide();
+            red[3 * threadIdx.x] = double(w.m);
+            red[3 * threadIdx.x + 1] = w.c;
+            red[3 * threadIdx.x + 2] = w.s;
             __syncthreads();
             if (lane == 0) {
                 for (int l = 1; l < lanes; ++l) {
                     const double* r = red + 3 * (l * width + pack);
-                    s[j].merge(MCS<C>{C(r[0]), r[1], r[2]});
+                    w.merge(MCS<C>{C(r[0]), r[1], r[2]});
                 }
                 if (chunks == 1) {
-                    if (col + j < inner) put_value<Ep, T>(y, o * inner + col + j, s[j]);
+                    if (col + j < inner) put_value<Ep, T>(y, o * inner + col + j, w);
                 } else {
-                    put_mcs(parts + 3 * (k * cols + pack * V + j), s[j]);
+                    put_mcs(parts + 3 * (k * cols + pack * V + j), w);
                 }
             }
             __syncthreads();

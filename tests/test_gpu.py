@@ -702,15 +702,18 @@ def test_logsumexp_steps_in_flight_change_no_bit(dtype):
 
 
 @pytest.mark.parametrize("variant", [{"reduce_shifted": 0}, {"reduce_shifted": 1},
-                                     {"reduce_column_steps": 4}, {"reduce_columns_strip_cols": 512}], ids=str)
+                                     {"reduce_column_steps": 4}, {"reduce_columns_strip_cols": 512},
+                                     {"reduce_columns_max_vec": 1}], ids=str)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_logsumexp_kernel_variants_against_scipy(variant, dtype):
     """The tuning's other kernels (terms by exp_shifted or fast_exp in each reduce kernel, steps
-    a column batch, columns a strip) give SciPy's answers too: columns with tails and chunks, long rows in
-    chunks, rows in lanes, and the special lines."""
+    a column batch, columns a strip, columns a thread) give SciPy's answers too: columns with
+    tails and chunks (a strip's columns in part), long rows in chunks, rows in lanes, and the
+    special lines."""
     rng = np.random.default_rng(12)
     with planning.use(dataclasses.replace(TUNING, **variant)):
-        for shape, axis in [((9000, 64), 0), ((3, 20001, 33), 1), ((2, 300001), 1), ((700, 37), 1)]:
+        for shape, axis in [((9000, 64), 0), ((4100, 132), 0), ((3, 20001, 33), 1), ((2, 300001), 1),
+                            ((700, 37), 1)]:
             x = cupy.asarray(make_values(rng, shape, np.dtype(dtype), specials=0.001))
             assert_logsumexp(cusoftmax.logsumexp(x, axis=axis), x, axis)
         lines = log_lines(700, dtype)

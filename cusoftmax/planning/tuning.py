@@ -119,7 +119,7 @@ class Tuning:
     reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-5]
     reduce_min_chunk_steps: int = 4  # a chunk is at least 4 batch rounds of its block [reduce-1]
     reduce_max_chunk_bytes: int = 256 * 1024  # bytes a chunk of a row at most [reduce-1]
-    reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled (ptxas) [reduce-1]
+    reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled [reduce-1], bfloat16's 12-15% slower [reduce-8]
     reduce_column_steps: int = 8  # steps of its columns a thread loads before it uses any [reduce-5]
     reduce_columns_strip_cols: int = 64  # columns a block's strip [reduce-5]
     # vjp (backward passes; short rows take reduce_lane_* and reduce_waves)
