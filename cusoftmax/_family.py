@@ -192,7 +192,7 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     The largest entry of a slice is ``-log1p(s)``, ``s`` the sum of the other terms over it, to
     the dtype's accuracy even where that is far below the dtype's epsilon (``x - logsumexp(x)``
     would round it to 0): so in float64 everywhere and on the host; the GPU kernels of the other
-    types give it to about 1e-7 absolute (``-log`` of the slice's sum), inside their bound of
+    types give it to about 4e-7 absolute (``-log`` of the slice's sum), inside their bound of
     1e-6. Other entries and the special values follow ``x - logsumexp(x)`` as
     SciPy's ``log_softmax``: a slice holding NaN is all NaN; with +inf, the +inf entries are NaN
     and the others -inf; a slice of all -inf is all NaN. On the GPU, float16, bfloat16 and
