@@ -761,26 +761,27 @@ def test_vjp_plans_by_row_length():
 
 def test_vjp_hold_plans():
     """vjp_hold: rows of vjp_hold_min_bytes of each array and more, up to vjp_hold_threads
-    threads of vjp_hold_packs packs, an SM's residency of them at least; dy's packs in shared
-    memory, whole warps, as many blocks an SM as registers and shared memory hold."""
+    threads of vjp_hold_packs packs, an SM's residency of them at least (as many blocks an SM as
+    registers and shared memory hold); dy's packs in shared memory, whole warps, a block a row."""
     def plan(rows, n, itemsize=4):
         return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, t)
 
     assert t.vjp_hold_min_bytes == 32768 and t.vjp_hold_threads * t.vjp_hold_packs == 8192
     full = plan(2048, 32768)
     assert full.kernel == "vjp_hold" and full.template == (4, 8) and full.block == 1024
-    assert full.smem == 1024 * 8 * 16 and full.grid == H200.sm_count
+    assert full.smem == 1024 * 8 * 16 and full.grid == 2048
     assert full.args(rows_layout(2048, 32768)) == (2048, 32768)
     half = plan(2048, 16384)  # two blocks an SM: registers (1024 threads' worth) and shared memory
-    assert half.kernel == "vjp_hold" and half.block == 512 and half.grid == 2 * H200.sm_count
+    assert half.kernel == "vjp_hold" and half.block == 512 and half.grid == 2048
     assert plan(2048, 8188).kernel == "vjp_block"  # under 32 KiB a row
     quarter = plan(8192, 8192)  # four blocks an SM
-    assert quarter.kernel == "vjp_hold" and quarter.block == 256 and quarter.grid == 4 * H200.sm_count
+    assert quarter.kernel == "vjp_hold" and quarter.block == 256 and quarter.grid == 8192
+    assert plan(4 * H200.sm_count - 1, 8192).kernel != "vjp_hold"  # under four blocks an SM
     assert plan(2048, 32772).kernel == "vjp_block"  # 8193 packs
     assert plan(2048, 16383).kernel == "vjp_block"  # packs of 1: 8192 elements at most
     assert plan(2048, 65536, 2).block == 1024 and plan(2048, 32768, 2).block == 512
     odd = plan(1000, 16388)  # 4097 packs: 17 warps, one block an SM
-    assert odd.kernel == "vjp_hold" and odd.block == 544 and odd.grid == H200.sm_count
+    assert odd.kernel == "vjp_hold" and odd.block == 544 and odd.grid == 1000
     assert plan(131, 32768).kernel == "vjp_chunks"  # fewer rows than SMs
     assert plan(263, 16384).kernel == "vjp_chunks"  # fewer than its two an SM
 

@@ -84,8 +84,9 @@ def _hold(rows, n, vec, itemsize, limits, t) -> Plan | None:
                         limits.smem_per_sm // (smem + 512 + BLOCK_RESERVED)))
     if rows < limits.sm_count * per_sm:
         return None
-    return VjpHoldPlan(vec, min(MAX_GRID, rows, limits.sm_count * per_sm), block, smem,
-                       packs=t.vjp_hold_packs)
+    # a block a row: the hardware hands rows to SMs as blocks end, where blocks looping over a
+    # residency's rows left some a row more than others (8192 rows on 528 blocks) [vjp-7]
+    return VjpHoldPlan(vec, min(MAX_GRID, rows), block, smem, packs=t.vjp_hold_packs)
 
 
 @dataclass(frozen=True)
