@@ -543,7 +543,7 @@ static_assert(FUSED_SCRATCH >= (32 + 2 + 2 * 16 * 2) * sizeof(acc_t) + 2 * 8, "F
 
 // A cluster block with a spill: blocks of exactly SPILL_THREADS threads (walk_run's steps), two
 // an SM (at most 64 registers a thread).
-constexpr int SPILL_THREADS = CSM_SPILL_THREADS;
+[[maybe_unused]] constexpr int SPILL_THREADS = CSM_SPILL_THREADS;
 
 // exp(base - m): what turns a block's kept terms exp(x - base) (base = sum_base(mine), mine the
 // block's max) into exp(x - m) for the row's max m; 0 where the block held only -inf (its terms
