@@ -4,9 +4,8 @@ and the result goes back in the caller's framework, without a copy."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -22,6 +21,35 @@ def cupy_or_none():
         return None
 
 
+# CUDA runtime errors that mean "no GPU to use here", in a user's words.
+_NO_GPU = {
+    "cudaErrorInsufficientDriver": "the NVIDIA driver is missing or older than the CUDA runtime "
+                                   "CuPy was built for",
+    "cudaErrorNoDevice": "no CUDA device is visible to this process",
+}
+
+
+def no_gpu_reason() -> str | None:
+    """None where CuPy can use a CUDA device, else why not, as "no usable CUDA device: ..."
+    with the cause kept."""
+    cupy = cupy_or_none()
+    if cupy is None:
+        return "no usable CUDA device: CuPy is not installed (the cuda12 or cuda13 extra)"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return None
+        return "no usable CUDA device: the CUDA runtime reports none"
+    except Exception as e:  # no driver, no device
+        return explain_no_gpu(e)
+
+
+def explain_no_gpu(e: BaseException) -> str:
+    """An error from the CUDA runtime as "no usable CUDA device: <meaning> (<cause>)"."""
+    text = f"{type(e).__name__}: {e}"
+    meaning = next((m for code, m in _NO_GPU.items() if code in text), None)
+    return f"no usable CUDA device: {meaning} ({text})" if meaning else f"no usable CUDA device ({text})"
+
+
 def _itself(a):
     """The wrapper of arrays that go back as they are (CuPy, NumPy, unknown producers)."""
     return a
@@ -34,7 +62,7 @@ def _framework(obj) -> str:
 def is_dask(*objs) -> bool:
     """Whether any of ``objs`` is a Dask collection (found by its type's module: dask itself is
     imported only when one is passed)."""
-    return any(_framework(o) == "dask" for o in objs)
+    return any(o is not None and _framework(o) == "dask" for o in objs)
 
 
 def dask_call(name: str, *args, **kwargs):
@@ -56,8 +84,7 @@ def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any]:
     return _itself
 
 
-@dataclass(frozen=True)
-class Adapted:
+class Adapted(NamedTuple):
     array: Any  # a cupy.ndarray or a numpy.ndarray
     on_gpu: bool
     framework: str  # "cupy", "numpy", "torch", "jax", "numba", ...
@@ -67,8 +94,13 @@ class Adapted:
 def adapt(obj, arrays_only: bool = False) -> Adapted:
     """``obj`` as a CuPy or NumPy array. ``arrays_only``: refuse what ``numpy.asarray`` would
     copy into a new array (lists, scalars), where a result written there would be lost."""
-    if isinstance(obj, np.ndarray):
+    if type(obj) is np.ndarray:
         return Adapted(obj, False, "numpy", _itself)
+    if isinstance(obj, np.ma.MaskedArray):
+        raise TypeError("numpy.ma.MaskedArray is not taken (its mask would be ignored): pass "
+                        "x.data with where=~numpy.ma.getmaskarray(x)")
+    if isinstance(obj, np.ndarray):  # np.matrix, np.memmap, ...: the ndarray behind it
+        return Adapted(obj.view(np.ndarray), False, "numpy", _itself)
     cupy = cupy_or_none()
     if cupy is not None and isinstance(obj, cupy.ndarray):
         return Adapted(obj, True, "cupy", _itself)
@@ -80,7 +112,11 @@ def adapt(obj, arrays_only: bool = False) -> Adapted:
         if kind in _DLPACK_GPU:
             if cupy is None:
                 raise RuntimeError("a GPU array was passed but CuPy is not installed")
-            return Adapted(cupy.from_dlpack(obj), True, framework, _wrapper(framework, True))
+            try:
+                arr = cupy.from_dlpack(obj)
+            except cupy.cuda.runtime.CUDARuntimeError as e:
+                raise RuntimeError(explain_no_gpu(e)) from e
+            return Adapted(arr, True, framework, _wrapper(framework, True))
         raise TypeError(f"unsupported DLPack device type {kind} for {type(obj).__name__}")
     if hasattr(obj, "__cuda_array_interface__"):
         if cupy is None:

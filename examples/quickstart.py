@@ -6,19 +6,19 @@
 import numpy as np
 
 import cusoftmax
+from cusoftmax._arrays import no_gpu_reason
 
 
 def gpu_module():
     """CuPy when a CUDA device is usable, else None with the reason printed."""
-    try:
+    reason = no_gpu_reason()
+    if reason is None:
         import cupy
 
-        cupy.cuda.runtime.getDeviceCount()
         return cupy
-    except Exception as e:  # CuPy missing, no driver, no device
-        print(f"No usable CUDA GPU ({type(e).__name__}: {e}).")
-        print("Computing on the host with NumPy instead: same results, same API.\n")
-        return None
+    print(f"{reason[0].upper()}{reason[1:]}.")
+    print("Computing on the host with NumPy instead: same results, same API.\n")
+    return None
 
 
 def main():

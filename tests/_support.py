@@ -10,6 +10,7 @@ import scipy.special
 from hypothesis import strategies as st
 
 from cusoftmax._accuracy import TOLERANCE, violations
+from cusoftmax._arrays import no_gpu_reason
 
 try:
     import ml_dtypes
@@ -19,20 +20,7 @@ except ImportError:  # pragma: no cover - ml_dtypes comes with the test extra
     BF16 = None
 
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError as e:
-        return f"CuPy is not importable ({e})"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({type(e).__name__}: {e})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = no_gpu_reason()
 requires_gpu = pytest.mark.skipif(GPU_REASON is not None, reason=f"needs a GPU: {GPU_REASON}")
 
 FLOAT_DTYPES = [np.dtype(d) for d in ("float16", "float32", "float64")] + ([BF16] if BF16 else [])

@@ -1,4 +1,5 @@
 import os
+from collections import Counter
 
 # JAX would otherwise take 75% of the GPU's memory at import.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -31,3 +32,15 @@ def xp(request):
     import cupy
 
     return cupy
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line a distinct skip reason, with its count (not one a test: without a GPU, some
+    thousand tests skip for the same one)."""
+    reasons = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"{count} skipped: {reason}")
