@@ -21,26 +21,37 @@ LONGDOUBLE = np.dtype(np.longdouble)
 FLOAT8 = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
           "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
 HOST_FLOATS = FLOAT8 + ((LONGDOUBLE.name,) if LONGDOUBLE.name not in GPU_FLOATS else ())
-_SUPPORTED = (f"float16, bfloat16, float32, float64 and integers (GPU and host), longdouble "
-              f"and {', '.join(FLOAT8)} (host only)")
 
 
-def result_dtype(dtype, on_gpu: bool = False) -> np.dtype:
+def result_dtype(dtype, on_gpu: bool = False, op: str = "softmax") -> np.dtype:
     """The result's dtype, in native byte order (as NumPy's ufuncs make theirs): floats keep
-    theirs, integers promote as NumPy's ``exp`` does. ``on_gpu``: refuse the host-only types."""
-    dtype = np.dtype(dtype)
+    theirs, integers promote as NumPy's ``exp`` does. ``on_gpu``: refuse the host-only types;
+    ``op`` names the function in messages."""
+    try:
+        return _RESULT_DTYPES[dtype, on_gpu]
+    except (KeyError, TypeError):  # not seen yet, or not a hashable dtype
+        pass
+    got = _result_dtype(np.dtype(dtype), on_gpu, op)
+    _RESULT_DTYPES[np.dtype(dtype), on_gpu] = got
+    return got
+
+
+_RESULT_DTYPES: dict = {}  # (dtype, on_gpu) -> result dtype, for the types taken
+
+
+def _result_dtype(dtype: np.dtype, on_gpu: bool, op: str) -> np.dtype:
     if dtype.name in GPU_FLOATS:
         return dtype.newbyteorder("=")
     if dtype.name in HOST_FLOATS:
         if on_gpu:
-            raise TypeError(f"{dtype} is computed on the host only: pass a NumPy array")
+            raise TypeError(f"{op}: {dtype} is computed on the host only: pass a NumPy array")
         return dtype.newbyteorder("=")
     if dtype.kind in "iu":
         return np.result_type(dtype, np.float16).newbyteorder("=")
     if dtype.name == "float8_e8m0fnu":  # powers of two only
-        raise TypeError(f"{dtype} holds no zero (the result of -inf entries and of tiny ones); "
-                        f"softmax supports {_SUPPORTED}")
-    raise TypeError(f"softmax supports {_SUPPORTED}, not {dtype}")
+        raise TypeError(f"{op}: {dtype} holds no zero (the result of -inf entries and of tiny "
+                        f"ones)")
+    raise TypeError(f"{op} takes real floating-point or integer arrays, not {dtype}")
 
 
 # Calls seen before on C-contiguous CuPy arrays (_fast_key) -> (the tuning they were planned
@@ -430,21 +441,35 @@ class Call(NamedTuple):
     axes: tuple[int, ...]  # the reduced axes, sorted and non-negative
     dtype: np.dtype  # the result's dtype
     out: Any  # the array behind `out` (same kind as `array`), or None
+    op: str = "softmax"  # the function called, for messages
+
+    @property
+    def input_name(self) -> str:
+        """The name of the function's first argument (``a``, ``y`` or ``x``)."""
+        return INPUT_NAMES.get(self.op, "x")
 
 
-def prepare(x, axis, out, method, op: str) -> Call:
+INPUT_NAMES = {"logsumexp": "a", "softmax_vjp": "y", "log_softmax_vjp": "y"}
+
+
+def prepare(x, axis, out, method, op: str, shape=None, empty_ok=False) -> Call:
     """The argument rules shared by the functions that reduce slices of `x` (`op` names the
-    function in messages): every check runs here, before anything is computed or written."""
+    function in messages): every check runs here, before anything is computed or written.
+    ``shape``: `x` broadcast to it first (logsumexp's `a` with its `b`); ``empty_ok``: a reduced
+    axis of length 0 is allowed (an empty sum)."""
     if method is not None and method not in METHODS:
         raise ValueError(f"method must be None or one of {', '.join(map(repr, METHODS))}, "
                          f"got {method!r}")
     src = _arrays.adapt(x)
     arr = src.array
-    dtype = result_dtype(arr.dtype, src.on_gpu)
+    dtype = result_dtype(arr.dtype, src.on_gpu, op)
+    if shape is not None and arr.shape != shape:
+        xp = _arrays.cupy_or_none() if src.on_gpu else np
+        arr = xp.broadcast_to(arr, shape)
     axes = normalize_axes(axis, arr.ndim)
-    if any(arr.shape[a] == 0 for a in axes):
+    if not empty_ok and any(arr.shape[a] == 0 for a in axes):
         raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")
-    return Call(src, arr, axes, dtype, _check_out(out, src, arr.shape, dtype))
+    return Call(src, arr, axes, dtype, _check_out(out, src, arr.shape, dtype), op)
 
 
 def _check_out(out, src, shape, dtype):

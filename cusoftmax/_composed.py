@@ -54,6 +54,21 @@ def _quiet():
     return np.errstate(all="ignore")
 
 
+def _max(xp, a, axes):
+    """The max over `axes`, keepdims; NumPy's by its ufunc's reduce (``numpy.max`` adds some
+    2 us a call around the same reduce)."""
+    if xp is np:
+        return np.maximum.reduce(a, axis=axes, keepdims=True)
+    return xp.max(a, axis=axes, keepdims=True)
+
+
+def _sum(xp, a, axes, dtype):
+    """The sum over `axes` in `dtype`, keepdims (NumPy's by ``add.reduce``, as ``_max``)."""
+    if xp is np:
+        return np.add.reduce(a, axis=axes, keepdims=True, dtype=dtype)
+    return xp.sum(a, axis=axes, keepdims=True, dtype=dtype)
+
+
 def _values(xp, x, scale, compute):
     """``scale * x`` rounded to the compute type (the values every function works on). A Python or
     NumPy scalar stays on the host: no transfer to the device for it."""
@@ -106,16 +121,16 @@ def state(xp, x, axes, *, where=None, scale=None, b=None) -> State:
         w = None if b is None else xp.asarray(b, dtype=acc)
         keep = _kept(xp, where, w)
         vk = v if keep is None else xp.where(keep, v, -inf)
-        m = xp.max(vk, axis=axes, keepdims=True)
+        m = _max(xp, vk, axes)
         top = vk == m if keep is None else xp.logical_and(vk == m, keep)
         ones = acc.type(1) if w is None else w
-        c = xp.sum(xp.where(top, ones, acc.type(0)), axis=axes, keepdims=True, dtype=acc)
+        c = _sum(xp, xp.where(top, ones, acc.type(0)), axes, acc)
         # Shifted by 0 where m is -inf, so left-out positions (-inf) give exp(-inf) = 0, not
         # NaN; on the top positions exp(v - m) is 1 or NaN (inf - inf): they are in c, not s.
         rest = xp.exp(vk - xp.where(m == -inf, compute.type(0), m))
         # Left-out weights as 0: an inf or NaN weight where `where` is False adds nothing.
         rest = rest if w is None else rest * xp.where(keep, w, acc.type(0))
-        s = xp.sum(xp.where(top, acc.type(0), rest), axis=axes, keepdims=True, dtype=acc)
+        s = _sum(xp, xp.where(top, acc.type(0), rest), axes, acc)
         if w is not None:
             # +inf with weights of both signs is inf - inf: NaN, whatever their sum.
             both = xp.logical_and(xp.any(xp.logical_and(top, w > 0), axis=axes, keepdims=True),
@@ -288,7 +303,7 @@ def vjp_sum(xp, y, dy, axes, *, where=None, log=False):
             t = t * y.astype(compute, copy=False)
         if where is not None:
             t = xp.where(where, t, compute.type(0))
-        return xp.sum(t, axis=axes, keepdims=True, dtype=acc)
+        return _sum(xp, t, axes, acc)
 
 
 def vjp(xp, y, dy, total, *, where=None, log=False, out=None):

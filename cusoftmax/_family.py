@@ -69,7 +69,7 @@ def _where(where, c: _api.Call):
     w = _operand(where, c, "where")
     if w.dtype != np.bool_:
         raise TypeError(f"where must be a bool array, not {w.dtype}")
-    _broadcasts(w, c.array.shape, "where", "x's shape")
+    _broadcasts(w, c.array.shape, "where", f"{c.input_name}'s shape")
     return w
 
 
@@ -286,7 +286,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     if _arrays.is_dask(a, b, where, scale):
         return _arrays.dask_call("logsumexp", a, axis, b, keepdims, return_sign, where=where,
                                  scale=scale, out=out)
-    c = _api.prepare(a, axis, None, None, "logsumexp")
+    c = _api.prepare(a, axis, None, None, "logsumexp", _with_weights(a, b), empty_ok=True)
     shape = _slices_shape(c)
     shape = shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in c.axes)
     dst = _log_sum_out(out, c, shape, return_sign)
@@ -294,7 +294,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     xp = _xp(c)
     with _on_device(c):
         fs = _api.fused_scale(s, c.dtype)
-        if c.src.on_gpu and w is None and (s is None or fs is not None) and wb is None:
+        if any(c.array.shape[d] == 0 for d in c.axes):  # empty sums: log 0, sign 0
+            r = xp.full(shape, -np.inf, c.dtype)
+            res = (r, xp.zeros(shape, c.dtype)) if return_sign else (r,)
+        elif c.src.on_gpu and w is None and (s is None or fs is not None) and wb is None:
             r = _api.reduced(c, "logsumexp", fs)  # the reduce kernels
             res = (r, _sign_of(xp, r)) if return_sign else (r,)
         elif xp is np and w is None and s is None and wb is None:  # in cache-sized pieces
@@ -312,6 +315,17 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     res = tuple(r[()] if c.src.framework == "numpy" and r.ndim == 0 else c.src.wrap(r)
                 for r in res)
     return res if return_sign else res[0]
+
+
+def _with_weights(a, b):
+    """The shape `a` and `b` broadcast to together (as SciPy's logsumexp), or None without `b`."""
+    if b is None:
+        return None
+    try:
+        return np.broadcast_shapes(np.shape(a), np.shape(b))
+    except ValueError:
+        raise ValueError(f"b of shape {np.shape(b)} does not broadcast with a's shape "
+                         f"{np.shape(a)}") from None
 
 
 def _sign_of(xp, r):
@@ -345,6 +359,8 @@ def _vjp(y, dy, axis, where, out, log: bool, op: str):
             c.out[...] = dx
             return out
         yy = c.array.astype(c.dtype, copy=False)
+        if xp is np and w is None:
+            return _finish(c, out, _host.vjp(yy, g, c.axes, log, out=c.out))
         total = C.vjp_sum(xp, yy, g, c.axes, where=w, log=log)
         dx = C.vjp(xp, yy, g, total, where=w, log=log, out=c.out)
     return _finish(c, out, dx)

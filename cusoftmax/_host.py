@@ -78,27 +78,63 @@ def _log_softmax_piece(x, y, axes, acc) -> None:
     """``_composed``'s log_softmax of x (its compute type) into y (x's type; may be x): the max
     m, its count c, the sum s of the other terms exp(x - m) (m = 0 where it is -inf), then
     ``(x - m) - (log1p(s / c) + log(c))``, NaN throughout a slice of only -inf."""
-    m = np.max(x, axis=axes, keepdims=True)
+    m = np.maximum.reduce(x, axis=axes, keepdims=True)
     top = x == m  # before y, which may be x, is written
     np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=y)
-    e = np.exp(y)
+    e = np.exp(y, out=np.empty_like(y))  # an array for a 0-d y too
     np.copyto(e, 0, where=top)
-    s = np.sum(e, axis=axes, keepdims=True, dtype=acc)
-    c = np.count_nonzero(top, axis=axes, keepdims=True)
+    s = np.add.reduce(e, axis=axes, keepdims=True, dtype=acc)
+    c = np.add.reduce(top, axis=axes, keepdims=True, dtype=acc)  # count_nonzero's wrapper: 3 us
     k = _composed.constant(np, "log_softmax", _composed.State(m, c, s))
     np.subtract(y, np.where(m == -np.inf, np.nan, k), out=y)
 
 
 def log_sum(x, axes, return_sign, dtype):
-    """logsumexp of x over axes, keepdims shape (and the sign with return_sign): ``_composed``'s
-    state and log_sum, a piece of slices at a time."""
+    """logsumexp of x (its result dtype) over axes, keepdims shape (and the sign with
+    return_sign), a piece at a time: ``_composed``'s state and log_sum without weights, the same
+    bits: ``m + (log1p(s / c) + log(c))`` in the accumulation type, c >= 1 the count of the
+    maximum (0 only where m is NaN, which gives NaN)."""
+    compute, acc = compute_types(dtype)
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-    res = [np.empty(shape, dtype) for _ in range(1 + return_sign)]
-    for p in pieces(x, axes):
-        got = _composed.log_sum(np, _composed.state(np, x[p], axes), return_sign, dtype=dtype)
-        for r, g in zip(res, got if return_sign else (got,)):
-            r[p] = g
-    return tuple(res) if return_sign else res[0]
+    res = np.empty(shape, dtype)
+    with np.errstate(all="ignore"):
+        for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the result
+            xp = x[p] if x.dtype == compute else x[p].astype(compute)
+            m, c, s = _state(xp, axes, acc)
+            res[p] = m.astype(acc) + (np.log1p(s / c) + np.log(c))
+        if not return_sign:
+            return res
+        sign = np.where(res == -np.inf, dtype.type(0), dtype.type(1))
+        sign[np.isnan(res)] = np.nan
+    return res, sign
+
+
+def _state(x, axes, acc):
+    """(m, c, s) of each slice of x (its compute type): the max, its count and the sum of the
+    other terms exp(x - m) in `acc` (m = -inf shifted by 0: -inf entries give 0, not NaN)."""
+    m = np.maximum.reduce(x, axis=axes, keepdims=True)
+    top = x == m
+    e = np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=np.empty_like(x))
+    np.exp(e, out=e)
+    np.copyto(e, 0, where=top)
+    s = np.add.reduce(e, axis=axes, keepdims=True, dtype=acc)
+    return m, np.add.reduce(top, axis=axes, keepdims=True, dtype=acc), s
+
+
+def vjp(y, dy, axes, log, out=None):
+    """dx of softmax (``y * (dy - sum(dy * y))``) or log_softmax (``dy - exp(y) * sum(dy)``)
+    from y and dy (y's result dtype): ``_composed.vjp_sum`` and ``vjp`` on the whole arrays,
+    the same bits, through NumPy's ufuncs alone."""
+    compute, acc = compute_types(y.dtype)
+    with np.errstate(all="ignore"):
+        yc, dyc = y.astype(compute, copy=False), dy.astype(compute, copy=False)
+        t = dyc if log else dyc * yc
+        total = np.add.reduce(t, axis=axes, keepdims=True, dtype=acc).astype(compute)
+        dx = dyc - np.exp(yc) * total if log else yc * (dyc - total)
+        if out is not None:
+            np.copyto(out, dx, casting="same_kind")
+            return out
+    return dx.astype(y.dtype, copy=False)
 
 
 def _slices(x, e, y, axes, sums) -> None:
@@ -106,7 +142,7 @@ def _slices(x, e, y, axes, sums) -> None:
     if x.dtype != e.dtype:  # NumPy's max of a half type is slower than the cast
         np.copyto(e, x)
         x = e
-    np.subtract(x, np.max(x, axis=axes, keepdims=True), out=e)
+    np.subtract(x, np.maximum.reduce(x, axis=axes, keepdims=True), out=e)
     np.exp(e, out=e)
     _quotient(e, sums(e, axes), y)
 
@@ -175,8 +211,8 @@ def _row_pieces(e, axes) -> list:
 
 
 def _sums(e, axes):
-    return np.sum(e, axis=axes, keepdims=True)
+    return np.add.reduce(e, axis=axes, keepdims=True)
 
 
 def _float64_sums(e, axes):
-    return np.sum(e, axis=axes, keepdims=True, dtype=np.float64).astype(e.dtype)
+    return np.add.reduce(e, axis=axes, keepdims=True, dtype=np.float64).astype(e.dtype)

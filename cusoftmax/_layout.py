@@ -19,6 +19,8 @@ def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     axis out of range, ``TypeError`` for an axis that is not an integer (bool included: SciPy
     refuses ``axis=True``) and ``ValueError`` for a repeated one.
     """
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, in one test
+        return (axis % ndim,)
     if axis is None:
         return tuple(range(ndim))
     if not isinstance(axis, tuple):

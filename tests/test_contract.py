@@ -112,7 +112,7 @@ def test_repeated_axis(xp):
         cusoftmax.softmax(xp.ones((2, 3)), axis=(1, -1))
 
 
-SUPPORTED = "float16, bfloat16, float32, float64.*integers.*longdouble.*float8_e4m3fn.*float8_e5m2"
+SUPPORTED = "softmax takes real floating-point or integer arrays"
 
 
 @pytest.mark.parametrize("dtype", ["bool", "complex64", "complex128"])

@@ -445,3 +445,41 @@ def test_host_pieces_give_the_whole_arrays_bits(shape, axis):
     inplace = x.copy()
     cusoftmax.log_softmax(inplace, axis=axis, out=inplace)
     assert_array_equal(inplace, whole)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("axis", [-1, 0, (0, 2)])
+def test_host_vjps_give_the_array_operations_bits(dtype, log, axis):
+    """The host's VJPs (NumPy ufuncs alone) give ``_composed``'s bits, specials included."""
+    from cusoftmax import _composed as C
+    from cusoftmax._layout import normalize_axes
+
+    rng = np.random.default_rng(3)
+    y = rng.standard_normal((6, 5, 7)).astype(dtype)
+    dy = rng.standard_normal((6, 5, 7)).astype(dtype)
+    y[1, 1, 1], dy[2, 2, 2], dy[3, 3, 3] = np.inf, np.nan, -np.inf
+    axes = normalize_axes(axis, y.ndim)
+    want = C.vjp(np, y, dy, C.vjp_sum(np, y, dy, axes, log=log), log=log)
+    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    assert_same_bits(fn(y, dy, axis=axis), want)
+    out = np.empty_like(y)
+    assert fn(y, dy, axis=axis, out=out) is out
+    assert_same_bits(out, want)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("shape,axis", [((300, 3000), -1), ((7, 300000), 1), ((3000, 300), 0)])
+def test_host_logsumexp_gives_the_array_operations_bits(dtype, shape, axis):
+    """The host's logsumexp in pieces gives ``_composed``'s bits, in every float dtype."""
+    from cusoftmax import _composed as C
+    from cusoftmax._layout import normalize_axes
+
+    x = (np.random.default_rng(4).standard_normal(shape) * 5).astype(dtype)
+    x[1] = -np.inf
+    x[2, 3], x[3, 4], x[4, :] = np.nan, np.inf, 7
+    axes = normalize_axes(axis, x.ndim)
+    lse, sign = C.log_sum(np, C.state(np, x, axes), True, dtype=dtype)
+    got, got_sign = cusoftmax.logsumexp(x, axis=axis, keepdims=True, return_sign=True)
+    assert_same_bits(got, lse)
+    assert_same_bits(got_sign, sign)
