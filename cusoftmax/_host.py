@@ -100,7 +100,7 @@ def log_sum(x, axes, return_sign, dtype):
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the result
             xp = x[p] if x.dtype == compute else x[p].astype(compute)
-            m, c, s = _state(xp, axes, acc)
+            m, c, s = state(xp, axes, acc)
             res[p] = m.astype(acc) + (np.log1p(s / c) + np.log(c))
         if not return_sign:
             return res
@@ -109,7 +109,7 @@ def log_sum(x, axes, return_sign, dtype):
     return res, sign
 
 
-def _state(x, axes, acc):
+def state(x, axes, acc):
     """(m, c, s) of each slice of x (its compute type): the max, its count and the sum of the
     other terms exp(x - m) in `acc` (m = -inf shifted by 0: -inf entries give 0, not NaN)."""
     m = np.maximum.reduce(x, axis=axes, keepdims=True)
