@@ -32,9 +32,9 @@ bytes too (read once), and results are checked against the masked reference.
 ``--op softmax_topk`` times softmax_topk on its own cases against the peers' two-op versions
 (cusoftmax/_bench_topk.py).
 
-``--host`` times the host path (NumPy arrays) against scipy.special.softmax instead, by wall
-clock, the two taken in turn, each timed call after an untimed one of its own (median of the
-repeats); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
+``--host`` times the host path (NumPy arrays) of ``--op`` against SciPy's function (the NumPy
+formula of a VJP), by wall clock, honouring ``--dtypes``, ``--widths``, ``--total``, ``--where``,
+``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/_bench_host.py); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
 one call on the same data (cusoftmax/_bench_dask.py).
 """
 
@@ -80,8 +80,8 @@ def _parse(argv):
                         "with --host: float64,float32,float16,bfloat16)")
     p.add_argument("--widths", default=None,
                    help="comma-separated row widths (default: powers of two 32 .. 4194304)")
-    p.add_argument("--total", type=_int_expr, default=2**26,
-                   help="elements per tensor, e.g. 2**26 (default: %(default)s)")
+    p.add_argument("--total", type=_int_expr, default=None,
+                   help="elements per tensor, e.g. 2**26 (default: 2**26; with --host: 2**22)")
     p.add_argument("--repeat", type=int, default=None,
                    help="timed calls per case (default: 30; with --host: 7)")
     p.add_argument("--op", default="softmax", choices=BENCH_OPS,
@@ -93,7 +93,7 @@ def _parse(argv):
                    help="time where= masks (softmax, log_softmax): a mask of x's shape, or one "
                         "along the reduced axis broadcast over the slices")
     p.add_argument("--host", action="store_true",
-                   help="time the host path against scipy.special.softmax (no GPU needed)")
+                   help="time the host path of --op against SciPy (no GPU needed)")
     p.add_argument("--dask", action="store_true",
                    help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
     p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")
@@ -338,8 +338,8 @@ def _cases(args):
     widths = [int(w) for w in args.widths.split(",")] if args.widths else DEFAULT_WIDTHS
     for dt in dtypes:
         for w in widths:
-            if w <= args.total:
-                yield dt, (args.total // w, w), -1
+            if w <= (args.total or 2**26):
+                yield dt, ((args.total or 2**26) // w, w), -1
     if not args.no_axis0:
         for dt in dtypes:
             for shape in AXIS0_SHAPES:

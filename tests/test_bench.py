@@ -1,6 +1,7 @@
 """The benchmark's default sweep (it runs on a GPU only; its cases are plain Python)."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -50,15 +51,32 @@ def test_bench_variant_builds_a_tuning_by_field_type():
         tool.variant(["NO_SUCH_FIELD=1"])
 
 
-def test_host_sweep_covers_every_dtype_and_shape():
-    args = bench._parse(["--host"])
-    assert args.host
-    cases = list(_bench_host.cases(args))
-    assert [(d, s, a) for d, s, a in cases] == [
-        (d, s, a) for d in _bench_host.DTYPES for s, a in _bench_host.SHAPES]
+def test_host_sweep_honours_its_options():
+    cases = list(_bench_host.cases(bench._parse(["--host"])))
     assert {d for d, _, _ in cases} == {"float64", "float32", "float16", "bfloat16"}
-    assert list(_bench_host.cases(bench._parse(["--host", "--dtypes", "float32"]))) == [
-        ("float32", s, a) for s, a in _bench_host.SHAPES]
+    assert {(s, a) for _, s, a in cases} == {
+        ((_bench_host.HOST_TOTAL // w, w), -1) for w in _bench_host.WIDTHS} | {
+        ((_bench_host.HOST_TOTAL // _bench_host.AXIS0_WIDTH, _bench_host.AXIS0_WIDTH), 0)}
+    args = bench._parse(["--host", "--dtypes", "float32", "--widths", "512", "--total", "2**12",
+                         "--no-axis0"])
+    assert list(_bench_host.cases(args)) == [("float32", (8, 512), -1)]
+
+
+@pytest.mark.parametrize("op", bench.BENCH_OPS)
+@pytest.mark.parametrize("extra", [[], ["--where", "padding"], ["--scale", "0.5"]])
+def test_host_bench_runs_every_op_and_writes_its_results(op, extra, tmp_path, capsys):
+    """Each op, and where= / scale=, is timed (a small sweep) and its table written to --out."""
+    argv = ["--host", "--op", op, "--dtypes", "float32", "--widths", "64", "--total", "256",
+            "--repeat", "1", "--no-axis0", "--out", str(tmp_path), *extra]
+    if op.endswith("_vjp") and extra[:1] == ["--scale"]:
+        with pytest.raises(SystemExit, match="take no scale"):
+            bench.main(argv)
+        return
+    assert bench.main(argv) == 0
+    table = capsys.readouterr().out
+    assert f"host path of {op}" in table
+    rows = json.loads((tmp_path / f"host-{op}.json").read_text())
+    assert [(r["op"], r["shape"]) for r in rows] == [(op, "4x256"), (op, "4x64")]
 
 
 def test_dask_mode_parses_and_needs_a_gpu():
