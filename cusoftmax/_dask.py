@@ -26,7 +26,7 @@ from dask.array.utils import meta_from_array
 
 import cusoftmax
 
-from . import _api, _arrays, _composed, _family, _topk
+from . import _api, _arrays, _composed, _family, _host, _topk
 
 
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
@@ -259,6 +259,8 @@ def _state_chunk(x, *arrays, keys, axes):
         m, c, s = (st[..., i].reshape(shape) for i in range(3))
         return _composed.State(m.astype(compute, copy=False), c.astype(acc, copy=False),
                                s.astype(acc, copy=False))
+    if xp is np and all(a is None for a in arrays):
+        return _host.state_of(x, axes)  # in cache-sized pieces
     return _composed.state(xp, x, axes, **dict(zip(keys, arrays)))
 
 
@@ -382,6 +384,8 @@ def _normalize_chunk(x, total, where, scale, *, op, axes):
                 return y
         if x.dtype == np.float32 and scale is None:
             return _fused_normalize(op)(x, st.m.astype(x.dtype), k)
+    if xp is np and where is None and scale is None:
+        return _host.normalize(op, x, st, axes)  # in cache-sized pieces
     return _composed.normalize(xp, op, x, st, axes, where=where, scale=scale)
 
 

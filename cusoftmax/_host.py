@@ -91,8 +91,8 @@ def _log_softmax_piece(x, y, axes, acc) -> None:
 
 def log_sum(x, axes, return_sign, dtype):
     """logsumexp of x (its result dtype) over axes, keepdims shape (and the sign with
-    return_sign), a piece at a time: ``_composed``'s state and log_sum without weights, the same
-    bits: ``m + (log1p(s / c) + log(c))`` in the accumulation type, c >= 1 the count of the
+    return_sign), a piece at a time: ``_composed``'s state and log_sum without weights,
+    ``m + (log1p(s / c) + log(c))`` in the accumulation type, c >= 1 the count of the
     maximum (0 only where m is NaN, which gives NaN)."""
     compute, acc = compute_types(dtype)
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
@@ -119,6 +119,40 @@ def state(x, axes, acc):
     np.copyto(e, 0, where=top)
     s = np.add.reduce(e, axis=axes, keepdims=True, dtype=acc)
     return m, np.add.reduce(top, axis=axes, keepdims=True, dtype=acc), s
+
+
+def state_of(x, axes):
+    """``_composed.state`` of x (its result dtype, no mask, weights or scale) over axes, a
+    cache-sized piece of slices at a time (the same m and c; s the same float64 sum, which NumPy
+    may round in another order for a piece than for the whole array)."""
+    compute, acc = compute_types(x.dtype)
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    m, c, s = np.empty(shape, compute), np.empty(shape, acc), np.empty(shape, acc)
+    with np.errstate(all="ignore"):
+        for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the state
+            m[p], c[p], s[p] = state(x[p].astype(compute, copy=False), axes, acc)
+    return _composed.State(m, c, s)
+
+
+def normalize(op, x, st, axes):
+    """``_composed.normalize`` of x (its result dtype, no mask or scale) from each slice's
+    final State, a piece at a time: the same bits, one array of the compute type a piece."""
+    compute = st.m.dtype
+    k = _composed.constant(np, op, st)
+    y = np.empty(x.shape, x.dtype)
+    with np.errstate(all="ignore"):
+        for p in pieces(x, axes):
+            xp, mp, kp, yp = x[p], st.m[p], k[p], y[p]
+            e = yp if x.dtype == compute else np.empty(xp.shape, compute)
+            np.subtract(xp, mp, out=e)
+            if op == "softmax":
+                np.exp(e, out=e)
+                np.multiply(e, kp, out=e)
+            else:
+                np.subtract(e, kp, out=e)
+            if e is not yp:
+                yp[...] = e
+    return y
 
 
 def vjp(y, dy, axes, log, out=None):

@@ -11,7 +11,7 @@
 
 namespace csm {
 
-constexpr int NORMALIZE_THREADS = CSM_NORMALIZE_THREADS;  // threads a block: walk_run's steps
+[[maybe_unused]] constexpr int NORMALIZE_THREADS = CSM_NORMALIZE_THREADS;  // threads a block: walk_run's steps
 
 // mk: row r's m and k at mk[2r], mk[2r + 1], in the compute type (m as Ld loads x: the max of
 // the loaded values). `piece`: a multiple of the walk's step (NORMALIZE_THREADS * V), below 2^31.

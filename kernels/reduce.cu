@@ -21,12 +21,12 @@
 
 namespace csm {
 
-constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
+[[maybe_unused]] constexpr int REDUCE_THREADS = CSM_REDUCE_THREADS;  // threads a block of every reduce kernel
 // The kernels whose MCS::push takes exp_shifted's terms (bits: 1 reduce_lanes, 2 reduce_chunks,
 // 4 reduce_columns).
-constexpr bool LANES_SHIFTED = CSM_REDUCE_SHIFTED & 1, CHUNKS_SHIFTED = CSM_REDUCE_SHIFTED & 2,
+[[maybe_unused]] constexpr bool LANES_SHIFTED = CSM_REDUCE_SHIFTED & 1, CHUNKS_SHIFTED = CSM_REDUCE_SHIFTED & 2,
                COLUMNS_SHIFTED = CSM_REDUCE_SHIFTED & 4;
-constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it uses any
+[[maybe_unused]] constexpr int REDUCE_BATCH = 4;  // packs of a long row a thread loads before it uses any
 template <typename T> constexpr int REDUCE_BLOCKS = HALF_RESIDENT<T, REDUCE_THREADS>;  // launch bounds
 static_assert(REDUCE_THREADS % 32 == 0 && REDUCE_THREADS <= 1024, "whole warps, one block");
 

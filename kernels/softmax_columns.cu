@@ -32,7 +32,7 @@
 
 namespace csm {
 
-constexpr int COLUMN_BATCH = 4;  // steps each thread loads before using any
+[[maybe_unused]] constexpr int COLUMN_BATCH = 4;  // steps each thread loads before using any
 
 // Each of this thread's V columns' (m, d) over its steps k0 + lane, k0 + lane + lanes, ... < k1,
 // from xo (the thread's first column at step 0), in batches of B steps; S: the state (MD<C>, or
@@ -121,7 +121,7 @@ __device__ inline void columns_write(const Ld& ld, const T* x, T* y, long long x
 
 // Blocks of at most COLUMNS_MAX_THREADS threads, `width` (a power of two) dividing the block,
 // CSM_COLUMNS_BLOCKS_PER_SM of them resident an SM by the bounds.
-constexpr int COLUMNS_MAX_THREADS = CSM_COLUMNS_THREADS;
+[[maybe_unused]] constexpr int COLUMNS_MAX_THREADS = CSM_COLUMNS_THREADS;
 
 template <class Ld, class Ep, typename T, int V>
 __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM)
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(COLUMNS_MAX_THREADS, CSM_COLUMNS_BLOCKS_PER_SM
 // of warps (the warps' merge takes a group of lanes a warp).
 
 #if __CUDA_ARCH__ >= 900  // __cluster_dims__ is an error before sm_90
-constexpr int SLAB_MAX_COLS = CSM_SLAB_MAX_COLS;  // columns per strip, at most
+[[maybe_unused]] constexpr int SLAB_MAX_COLS = CSM_SLAB_MAX_COLS;  // columns per strip, at most
 
 // This thread's part of a block's slab: pack `pack` at steps lane, lane + lanes, ... < count.
 template <typename T, int V> struct SlabPart {
@@ -279,16 +279,16 @@ __device__ inline void cluster_columns(float (&m)[V], const float (&d)[V], float
     for (int j = 0; j < V; ++j) m[j] = fin[2 * (pack * V + j)], consts[j] = fin[2 * (pack * V + j) + 1];
 }
 
-constexpr int SLAB_MAX_THREADS = CSM_SLAB_MAX_THREADS;
-constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
+[[maybe_unused]] constexpr int SLAB_MAX_THREADS = CSM_SLAB_MAX_THREADS;
+[[maybe_unused]] constexpr int SLAB_MAX_WARPS = SLAB_MAX_THREADS / 32;
 // Dynamic shared memory ahead of the slab: two barriers of the blocks' exchange (Mail), per
 // column the merged (m, k) (SLAB_SCRATCH bytes); then cluster_columns' two rounds of column
 // pairs, each [max(CL, SLAB_MAX_WARPS)][cols] (m, d) floats (16 * max(CL, SLAB_MAX_WARPS) * cols
 // bytes).
-constexpr int SLAB_SCRATCH = CSM_SLAB_SCRATCH;
+[[maybe_unused]] constexpr int SLAB_SCRATCH = CSM_SLAB_SCRATCH;
 static_assert(SLAB_SCRATCH >= 16 + SLAB_MAX_COLS * 2 * 4, "SLAB_SCRATCH holds the barriers and a pair per column");
 // A line's copies in groups, each group's max walked as soon as it lands: 4 beat 1 and 8 [kernels-11].
-constexpr int SLAB_COPY_GROUPS = 4;
+[[maybe_unused]] constexpr int SLAB_COPY_GROUPS = 4;
 
 // At most 64 registers a thread: 4 blocks of 256 threads per SM.
 template <class Ld, class Ep, typename T, int V, int CL>

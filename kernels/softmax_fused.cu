@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(CSM_FLAT_THREADS) flat(const T* x, T* y, long 
 // reduction scratch, 2 for the cluster's merged pair, 2 x 16 x 2 that the cluster's blocks send
 // each other, 2 barriers that count them), then the block's slice of the row (its packs, as
 // bits), then, for a masking load, the slice's keep bytes (a byte an element).
-constexpr int FUSED_SCRATCH = CSM_FUSED_SCRATCH;
+[[maybe_unused]] constexpr int FUSED_SCRATCH = CSM_FUSED_SCRATCH;
 static_assert(FUSED_SCRATCH >= (32 + 2 + 2 * 16 * 2) * sizeof(acc_t) + 2 * 8, "FUSED_SCRATCH holds scratch, pairs and barriers");
 
 // A cluster block with a spill: blocks of exactly SPILL_THREADS threads (walk_run's steps), two

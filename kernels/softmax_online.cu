@@ -41,16 +41,16 @@ namespace csm {
 
 // Blocks of ONLINE_THREADS threads, ONLINE_BLOCKS<T> resident per SM (by sizeof(T)); chunks
 // held by the types of ONLINE_HOLDS<T>: values and evidence with the planner's ONLINE_*.
-constexpr int ONLINE_THREADS = CSM_ONLINE_THREADS;
+[[maybe_unused]] constexpr int ONLINE_THREADS = CSM_ONLINE_THREADS;
 template <typename T>
 constexpr int ONLINE_BLOCKS = sizeof(T) == 2 ? CSM_ONLINE_BLOCKS_2 : sizeof(T) == 4 ? CSM_ONLINE_BLOCKS_4 : CSM_ONLINE_BLOCKS_8;
 template <typename T>
 constexpr bool ONLINE_HOLDS = sizeof(T) == 2 ? CSM_ONLINE_HOLDS_2 : sizeof(T) == 4 ? CSM_ONLINE_HOLDS_4 : CSM_ONLINE_HOLDS_8;
 // L2 priorities of a chunk's first read, its second read, the output: evict-last first reads,
 // evict-first second reads and stores, best of the combinations tried [kernels-9].
-constexpr L2 ONLINE_FIRST_READ = L2::last, ONLINE_SECOND_READ = L2::first, ONLINE_STORE = L2::first;
+[[maybe_unused]] constexpr L2 ONLINE_FIRST_READ = L2::last, ONLINE_SECOND_READ = L2::first, ONLINE_STORE = L2::first;
 
-constexpr int ONLINE_WARPS = ONLINE_THREADS / 32;
+[[maybe_unused]] constexpr int ONLINE_WARPS = ONLINE_THREADS / 32;
 static_assert(ONLINE_WARPS <= 32, "a lane of warp 0 per warp");
 
 // The block's (m, d) from every thread's: each warp's by shuffles, the warps' pairs through

@@ -26,18 +26,18 @@
 
 namespace csm {
 
-constexpr int TOPK_THREADS = CSM_TOPK_THREADS;  // threads a block of either kernel
-constexpr int TOPK_BLOCKS = CSM_TOPK_BLOCKS;  // topk_block's launch bound: blocks an SM
-constexpr int TOPK_BATCH = CSM_TOPK_BATCH;  // elements a thread of topk_block loads before it uses any
-constexpr int TOPK_WARPS = TOPK_THREADS / 32;
-constexpr int TOPK_CAP = 128;  // candidates a warp holds (4 a lane): merged at k, at most CAP - 32
+[[maybe_unused]] constexpr int TOPK_THREADS = CSM_TOPK_THREADS;  // threads a block of either kernel
+[[maybe_unused]] constexpr int TOPK_BLOCKS = CSM_TOPK_BLOCKS;  // topk_block's launch bound: blocks an SM
+[[maybe_unused]] constexpr int TOPK_BATCH = CSM_TOPK_BATCH;  // elements a thread of topk_block loads before it uses any
+[[maybe_unused]] constexpr int TOPK_WARPS = TOPK_THREADS / 32;
+[[maybe_unused]] constexpr int TOPK_CAP = 128;  // candidates a warp holds (4 a lane): merged at k, at most CAP - 32
 static_assert(TOPK_THREADS % 32 == 0 && TOPK_THREADS <= 1024 && TOPK_WARPS >= 2 &&
                   (TOPK_WARPS & (TOPK_WARPS - 1)) == 0,
               "whole warps, a power of two of them, at least 2 (the final merge takes 1 + 1 lists)");
 
 using Key = unsigned long long;
-constexpr Key NO_KEY = ~0ull;  // after every element's key
-constexpr unsigned NAN_KEY = 0xff800001u;  // the order key of NaN: next after -inf's
+[[maybe_unused]] constexpr Key NO_KEY = ~0ull;  // after every element's key
+[[maybe_unused]] constexpr unsigned NAN_KEY = 0xff800001u;  // the order key of NaN: next after -inf's
 
 // Ascending as the values descend: a non-negative value's bits with all but the sign flipped,
 // a negative value's bits as they are (so -inf's, 0xff800000, is the largest of any number);

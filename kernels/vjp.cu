@@ -13,12 +13,12 @@
 
 namespace csm {
 
-constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of every kernel
-constexpr int VJP_BATCH = 4;  // packs of each array a thread loads before any is used (block walks)
+[[maybe_unused]] constexpr int VJP_THREADS = CSM_VJP_THREADS;  // threads a block of every kernel
+[[maybe_unused]] constexpr int VJP_BATCH = 4;  // packs of each array a thread loads before any is used (block walks)
 static_assert(VJP_THREADS % 32 == 0 && VJP_THREADS <= 1024, "whole warps, one block");
 template <typename T> constexpr int VJP_BLOCKS = HALF_RESIDENT<T, VJP_THREADS>;  // launch bounds
 constexpr int VJP_COLUMNS_BLOCKS = CSM_VJP_COLUMNS_BLOCKS_PER_SM;  // vjp_columns' launch bounds
-constexpr int VJP_HOLD_THREADS = CSM_VJP_HOLD_THREADS;  // vjp_hold's threads a block at most
+[[maybe_unused]] constexpr int VJP_HOLD_THREADS = CSM_VJP_HOLD_THREADS;  // vjp_hold's threads a block at most
 
 // A pack's two inputs as Ld loads them.
 template <class Ld, typename T, int V, typename C>

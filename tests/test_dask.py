@@ -14,9 +14,9 @@ import dask  # noqa: E402
 from dask.callbacks import Callback  # noqa: E402
 
 import cusoftmax  # noqa: E402
-from cusoftmax import _composed  # noqa: E402
+from cusoftmax import _composed, _host  # noqa: E402
 from cusoftmax._accuracy import TOLERANCE  # noqa: E402
-from _support import FLOAT_DTYPES, assert_softmax, make_values, to_host  # noqa: E402
+from _support import FLOAT_DTYPES, assert_same_bits, assert_softmax, make_values, to_host  # noqa: E402
 
 F64 = np.dtype(np.float64)
 RTOL, ATOL = 1e-12, 1e-13  # float64 results; VJP entries near 0 need the atol
@@ -207,9 +207,11 @@ class _Tasks(Callback):
 
 def test_nothing_runs_before_compute(monkeypatch):
     calls = []
-    for name in ("state", "merge", "normalize", "log_sum", "vjp_sum", "vjp"):
-        fn = getattr(_composed, name)
-        monkeypatch.setattr(_composed, name,
+    for module, name in [*((_composed, n) for n in ("state", "merge", "normalize", "log_sum",
+                                                    "vjp_sum", "vjp")),
+                         (_host, "state_of"), (_host, "normalize")]:
+        fn = getattr(module, name)
+        monkeypatch.setattr(module, name,
                             lambda *a, _fn=fn, _name=name, **k: calls.append(_name) or _fn(*a, **k))
     x = make_values(np.random.default_rng(4), (4, 40), F64)
     dx = da.from_array(x, chunks=(2, 8))
@@ -221,7 +223,7 @@ def test_nothing_runs_before_compute(monkeypatch):
         results += [*cusoftmax.softmax_topk(dx, 3), *cusoftmax.softmax_topk(dx, 3, axis=0)]
         assert tasks.ran == 0 and calls == []
         dask.compute(*results, scheduler="sync")
-        assert tasks.ran > 0 and {"state", "merge", "normalize", "vjp_sum", "vjp"} <= set(calls)
+        assert tasks.ran > 0 and {"state_of", "merge", "normalize", "vjp_sum", "vjp"} <= set(calls)
 
 
 def _tasks(chunks_along_axis, axis=-1, topk=False):
@@ -282,3 +284,20 @@ def test_import_does_not_bring_dask():
             "assert not any(m.partition('.')[0] == 'dask' for m in sys.modules), 'dask imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_numpy_chunks_pieces_give_the_array_operations_bits(dtype, op):
+    """NumPy chunks take their states and normalise in cache-sized pieces (_host): the max and
+    its count as ``_composed`` on the whole chunk, the float64 sums within their rounding (NumPy
+    buffers a cast sum by the array's extent), and the same bits from a given state."""
+    C = _composed
+    x = (np.random.default_rng(5).standard_normal((40, 70000)) * 4).astype(dtype)
+    x[1], x[2, 5], x[3, 6] = -np.inf, np.nan, np.inf
+    st = C.state(np, x, (1,))
+    got = _host.state_of(x, (1,))
+    assert_same_bits(got.m, st.m)
+    assert_same_bits(got.c, st.c)
+    np.testing.assert_allclose(got.s, st.s, rtol=1e-13, atol=0)
+    assert_same_bits(_host.normalize(op, x, st, (1,)), C.normalize(np, op, x, st, (1,)))
