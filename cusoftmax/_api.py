@@ -150,7 +150,11 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     >>> cusoftmax.softmax(np.array([0.0, np.log(3.0)]))
     array([0.25, 0.75])
     """
-    if type(x) is _fast_type and out is None and method is None and where is None:
+    if type(x) is np.ndarray and out is None and method is None and where is None and scale is None:
+        hit = host_call(x, axis, "softmax")
+        if hit is not None:
+            return _host.softmax_to(x, hit[0], hit[1])
+    elif type(x) is _fast_type and out is None and method is None and where is None:
         if scale is None:
             try:
                 hit = _fast.get(_fast_key(x, axis))
@@ -168,16 +172,9 @@ def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
         return _arrays.dask_call("softmax", x, axis, where=where, scale=scale, out=out,
                                  method=method)
     c = prepare(x, axis, out, method, "softmax")
-    if where is not None or scale is not None:
+    if where is not None or scale is not None or not c.src.on_gpu:
         return _family.forward("softmax", c, out, where, scale, method, remember=(x, axis))
     arr, axes, dtype, dst = c.array, c.axes, c.dtype, c.out
-    if not c.src.on_gpu:
-        host_method(method)
-        y = _host.softmax(arr, axes, dtype) if arr.size else np.empty(arr.shape, dtype)
-        if dst is None:
-            return c.src.wrap(y)
-        np.copyto(dst, y)
-        return out
     if dst is None:
         y = _gpu(arr, axes, None, dtype, method, remember=(x, axis))
         return c.src.wrap(y)
@@ -553,6 +550,25 @@ def fast_call(x, axis, op, scale=None):
     else:
         run(x, y, load=_kernels.load_word("Scaled", scale))
     return y
+
+
+# NumPy calls seen before, by (op, shape, dtype, axis, the axis's type) -> (the reduced axes,
+# the result's dtype): a call like an earlier one skips the argument rules it already passed.
+_host_calls: dict = {}
+
+
+def host_call(x, axis, op):
+    """(axes, result dtype) of an earlier call of `op` like this one on a NumPy array, or None."""
+    try:
+        return _host_calls.get((op, x.shape, x.dtype, axis, type(axis)))
+    except TypeError:  # an unhashable axis (a list): the general path says what is wrong
+        return None
+
+
+def remember_host(x, axis, op, c: "Call") -> None:
+    """Keep a checked NumPy call's (axes, result dtype) for ``host_call``."""
+    if type(x) is np.ndarray and len(_host_calls) < 4096 and type(axis) is not tuple:
+        _host_calls[op, x.shape, x.dtype, axis, type(axis)] = (c.axes, c.dtype)
 
 
 def _vjp_key(y, dy, axis, op):

@@ -41,7 +41,19 @@ def compute_types(dtype) -> tuple[np.dtype, np.dtype]:
     """(compute type, accumulation type) for results of `dtype`: float64 and wider compute and
     accumulate in their own type; float32, the half types and 8-bit floats compute in float32 and
     accumulate in float64."""
-    dtype = np.dtype(dtype)
+    try:
+        return _COMPUTE[dtype]
+    except (KeyError, TypeError):
+        pass
+    got = _compute_types(np.dtype(dtype))
+    _COMPUTE[np.dtype(dtype)] = got
+    return got
+
+
+_COMPUTE: dict = {}  # dtype -> (compute type, accumulation type)
+
+
+def _compute_types(dtype: np.dtype) -> tuple[np.dtype, np.dtype]:
     if dtype.itemsize >= 8:
         own = dtype.newbyteorder("=")
         return own, own

@@ -124,6 +124,14 @@ def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
     sends here what its kernels do not take). ``remember``: (x, axis) as the caller gave them,
     for the fast path of later calls."""
+    if not c.src.on_gpu and where is None and scale is None:  # the host's own path
+        _api.host_method(method)
+        if remember is not None and out is None:
+            _api.remember_host(remember[0], remember[1], op, c)
+        if op == "softmax":
+            return _finish(c, out, _host.softmax_to(c.array, c.axes, c.dtype, c.out))
+        return _finish(c, out, _host.log_softmax(c.array.astype(c.dtype, copy=False), c.axes,
+                                                 out=c.out))
     w, s = _where(where, c), _scale(scale, c)
     fs = _api.fused_scale(s, c.dtype)
     fused = c.src.on_gpu and c.dtype.name in planning.FUSED_TYPES.get(op, ())
@@ -207,10 +215,15 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     >>> cusoftmax.log_softmax(np.array([0.0, -50.0]))
     array([-1.92874985e-22, -5.00000000e+01])
     """
-    if type(x) is _api._fast_type and out is None and method is None and where is None:
-        y = _api.fast_call(x, axis, "log_softmax", scale)
-        if y is not None:
-            return y
+    if out is None and method is None and where is None:
+        if type(x) is np.ndarray and scale is None:
+            hit = _api.host_call(x, axis, "log_softmax")
+            if hit is not None:
+                return _host.log_softmax(x.astype(hit[1], copy=False), hit[0])
+        elif type(x) is _api._fast_type:
+            y = _api.fast_call(x, axis, "log_softmax", scale)
+            if y is not None:
+                return y
     if _arrays.is_dask(x, where, scale):
         return _arrays.dask_call("log_softmax", x, axis, where=where, scale=scale, out=out,
                                  method=method)

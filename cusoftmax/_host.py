@@ -47,6 +47,15 @@ def softmax(x: np.ndarray, axes: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     return y
 
 
+def softmax_to(x, axes, dtype, out=None):
+    """``softmax`` of x (any dtype the family takes) into `out` where given (then `out`)."""
+    y = softmax(x, axes, dtype) if x.size else np.empty(x.shape, dtype)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
 def pieces(x, axes) -> list:
     """Index tuples cutting x into pieces of whole slices of about PIECE_BYTES where each slice
     is one contiguous run, else the whole array ([...]): the family's array operations then pass
@@ -80,13 +89,15 @@ def _log_softmax_piece(x, y, axes, acc) -> None:
     ``(x - m) - (log1p(s / c) + log(c))``, NaN throughout a slice of only -inf."""
     m = np.maximum.reduce(x, axis=axes, keepdims=True)
     top = x == m  # before y, which may be x, is written
-    np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=y)
+    empty = m == -np.inf
+    any_empty = empty.any()  # the common case has none: two fewer passes of np.where
+    np.subtract(x, np.where(empty, 0, m).astype(x.dtype) if any_empty else m, out=y)
     e = np.exp(y, out=np.empty_like(y))  # an array for a 0-d y too
     np.copyto(e, 0, where=top)
     s = np.add.reduce(e, axis=axes, keepdims=True, dtype=acc)
     c = np.add.reduce(top, axis=axes, keepdims=True, dtype=acc)  # count_nonzero's wrapper: 3 us
-    k = _composed.constant(np, "log_softmax", _composed.State(m, c, s))
-    np.subtract(y, np.where(m == -np.inf, np.nan, k), out=y)
+    k = (np.log1p(s / c) + np.log(c)).astype(m.dtype)  # _composed.constant's, inline
+    np.subtract(y, np.where(empty, np.nan, k) if any_empty else k, out=y)
 
 
 def log_sum(x, axes, return_sign, dtype):
@@ -157,13 +168,21 @@ def normalize(op, x, st, axes):
 
 def vjp(y, dy, axes, log, out=None):
     """dx of softmax (``y * (dy - sum(dy * y))``) or log_softmax (``dy - exp(y) * sum(dy)``)
-    from y and dy (y's result dtype): ``_composed.vjp_sum`` and ``vjp`` on the whole arrays,
-    the same bits, through NumPy's ufuncs alone."""
+    from y and dy (y's result dtype), through NumPy's ufuncs alone: ``_composed.vjp_sum`` and
+    ``vjp``, with float32 sums as ``softmax``'s: pairwise in float32 along contiguous runs, in
+    blocks of BLOCK added in float64 along one strided axis (a few ulps at any length, without a
+    cast of every term to float64)."""
     compute, acc = compute_types(y.dtype)
     with np.errstate(all="ignore"):
         yc, dyc = y.astype(compute, copy=False), dy.astype(compute, copy=False)
         t = dyc if log else dyc * yc
-        total = np.add.reduce(t, axis=axes, keepdims=True, dtype=acc).astype(compute)
+        if compute == np.float32 and _rows(t, axes):
+            total = np.add.reduce(t, axis=axes, keepdims=True)
+        elif compute == np.float32 and len(axes) == 1 and t.shape[axes[0]] > BLOCK:
+            total = np.expand_dims(_leading_sum(np.moveaxis(t, axes[0], 0)), axes[0])
+            total = total.astype(compute)
+        else:
+            total = np.add.reduce(t, axis=axes, keepdims=True, dtype=acc).astype(compute)
         dx = dyc - np.exp(yc) * total if log else yc * (dyc - total)
         if out is not None:
             np.copyto(out, dx, casting="same_kind")
@@ -196,15 +215,19 @@ def _along(x, e, y, a: int) -> None:
         ep = ev[i : i + step]
         np.subtract(xv[i : i + step], mv, out=ep)
         np.exp(ep, out=ep)
-        if e.dtype != np.float32:
-            sv += np.sum(ep, axis=0)
-            continue
-        q = len(ep) // BLOCK * BLOCK
-        sv += np.sum(np.sum(ep[:q].reshape(-1, BLOCK, *ep.shape[1:]), axis=1), axis=0,
-                     dtype=np.float64)
-        if q < len(ep):
-            sv += np.sum(ep[q:], axis=0, dtype=np.float64)
+        sv += _leading_sum(ep)
     _quotient(e, s.astype(e.dtype), y)
+
+
+def _leading_sum(t):
+    """The sum of t over its first axis (a strided one): float32 terms in blocks of BLOCK,
+    the blocks' sums added in float64 (a float64 result); other types in their own."""
+    if t.dtype != np.float32:
+        return np.add.reduce(t, axis=0)
+    q = len(t) // BLOCK * BLOCK
+    s = np.add.reduce(np.add.reduce(t[:q].reshape(-1, BLOCK, *t.shape[1:]), axis=1), axis=0,
+                      dtype=np.float64)
+    return s + np.add.reduce(t[q:], axis=0, dtype=np.float64) if q < len(t) else s
 
 
 def _quotient(e, s, y) -> None:
@@ -235,8 +258,10 @@ def _rows(e, axes) -> bool:
 def _row_pieces(e, axes) -> list:
     """Index tuples cutting e into pieces of whole slices of about PIECE_BYTES each, along the
     kept axis outermost in memory."""
+    if e.nbytes <= PIECE_BYTES:
+        return [...]
     kept = [d for d in range(e.ndim) if d not in axes and e.shape[d] > 1]
-    if not kept or e.nbytes <= PIECE_BYTES:
+    if not kept:
         return [...]
     k = max(kept, key=lambda d: abs(e.strides[d]))
     step = max(1, PIECE_BYTES * e.shape[k] // e.nbytes)
