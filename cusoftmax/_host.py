@@ -57,18 +57,98 @@ def softmax_to(x, axes, dtype, out=None):
 
 
 def pieces(x, axes) -> list:
-    """Index tuples cutting x into pieces of whole slices of about PIECE_BYTES where each slice
-    is one contiguous run, else the whole array ([...]): the family's array operations then pass
-    over a piece while it stays in cache."""
-    return _row_pieces(x, axes) if _rows(x, axes) else [...]
+    """Index tuples cutting x into pieces of whole slices of about PIECE_BYTES: along the kept
+    axis outermost in memory where each slice is one contiguous run, along the innermost kept
+    axis for one strided reduced axis (a slice's bits do not change: NumPy reduces a strided
+    axis term after term), else the whole array ([...]). The family's array operations then
+    pass over a piece while it stays in cache."""
+    if _rows(x, axes):
+        return _row_pieces(x, axes)
+    kept = [d for d in range(x.ndim) if d not in axes and x.shape[d] > 1]
+    if len(axes) != 1 or not kept or x.nbytes <= PIECE_BYTES:
+        return [...]
+    k = min(kept, key=lambda d: abs(x.strides[d]))
+    step = max(1, PIECE_BYTES * x.shape[k] // x.nbytes)
+    head = (slice(None),) * k
+    return [(*head, slice(i, i + step)) for i in range(0, x.shape[k], step)]
+
+
+# Elements of a slice a piece holds along a row longer than a piece: a constant, so that a
+# row's bits never depend on the rows beside it.
+CHUNK = 1 << 16
+
+
+def _long_rows(x, axes) -> bool:
+    """One reduced axis, the last of a C-contiguous x, longer than a piece holds."""
+    return (axes == (x.ndim - 1,) and x.flags.c_contiguous
+            and x.shape[-1] * compute_types(x.dtype)[0].itemsize > PIECE_BYTES)
+
+
+def _chunks(x):
+    """(row block, column chunk) index pairs of x viewed as (rows, n): CHUNK columns, as many
+    rows as fill about PIECE_BYTES."""
+    rows, n = x.shape
+    block = max(1, PIECE_BYTES // (CHUNK * compute_types(x.dtype)[0].itemsize))
+    for r in range(0, rows, block):
+        yield slice(r, r + block), [slice(j, j + CHUNK) for j in range(0, n, CHUNK)]
+
+
+def _long_state(x):
+    """The State of each row of x (rows, n), a CHUNK at a time, merged in order."""
+    compute, acc = compute_types(x.dtype)
+    rows = x.shape[0]
+    m, c, s = np.empty((rows, 1), compute), np.empty((rows, 1), acc), np.empty((rows, 1), acc)
+    for r, cols in _chunks(x):
+        st = None
+        for j in cols:
+            part = _composed.State(*state(x[r, j].astype(compute, copy=False), (1,), acc))
+            st = part if st is None else _composed.merge(np, st, part)
+        m[r], c[r], s[r] = st
+    return _composed.State(m, c, s)
+
+
+def _long_normalize(op, x, st, y):
+    """y (rows, n) = softmax or log_softmax of x from each row's State, a CHUNK at a time, in
+    place in y where it has the compute type (else through one reused piece of it)."""
+    compute = st.m.dtype
+    k = _composed.constant(np, op, st)
+    spare = None if y.dtype == compute else np.empty((PIECE_BYTES // compute.itemsize,), compute)
+    for r, cols in _chunks(x):
+        m, kr = st.m[r], k[r]
+        for j in cols:
+            yp = y[r, j]
+            e = yp if spare is None else spare[:yp.size].reshape(yp.shape)
+            np.subtract(x[r, j], m, out=e)
+            if op == "softmax":
+                np.exp(e, out=e)
+                np.multiply(e, kr, out=e)
+            else:
+                np.subtract(e, kr, out=e)
+            if e is not yp:
+                yp[...] = e
 
 
 def log_softmax(x, axes, out=None):
-    """log_softmax of x (its result dtype) over axes, into out where given, a piece of slices at
-    a time: ``_composed``'s state and normalising, the same bits as on the whole array (in
-    fewer passes where x is of its compute type)."""
+    """log_softmax of x (its result dtype) over axes, into out where given: ``_composed``'s
+    state and normalising a piece of whole slices at a time (the same bits as on the whole
+    array, in fewer passes where x is of its compute type); rows longer than a piece a CHUNK at
+    a time, their states merged (the float64 sums added in another order)."""
     compute, acc = compute_types(x.dtype)
     y = out if out is not None and out.dtype == x.dtype else np.empty_like(x)  # x: native order
+    if _long_rows(x, axes):  # rows past a piece: state a chunk at a time, then normalise
+        y = y if y.flags.c_contiguous else np.empty_like(x)
+        with np.errstate(all="ignore"):
+            x2 = x.reshape(-1, x.shape[-1])
+            _long_normalize("log_softmax", x2, _long_state(x2), y.reshape(x2.shape))
+    else:
+        _log_softmax_pieces(x, y, axes, compute, acc)
+    if y is not out and out is not None:
+        np.copyto(out, y)
+        return out
+    return y
+
+
+def _log_softmax_pieces(x, y, axes, compute, acc) -> None:
     with np.errstate(all="ignore"):  # NaN and infinities give their results, no warnings
         for p in pieces(x, axes):
             if x.dtype == compute:
@@ -77,10 +157,6 @@ def log_softmax(x, axes, out=None):
                 xp = x[p]
                 _composed.normalize(np, "log_softmax", xp, _composed.state(np, xp, axes), axes,
                                     out=y[p])
-    if y is not out and out is not None:
-        np.copyto(out, y)
-        return out
-    return y
 
 
 def _log_softmax_piece(x, y, axes, acc) -> None:
@@ -107,6 +183,11 @@ def log_sum(x, axes, return_sign, dtype):
     maximum (0 only where m is NaN, which gives NaN)."""
     compute, acc = compute_types(dtype)
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    if _long_rows(x, axes):  # rows past a piece: a chunk at a time, merged
+        with np.errstate(all="ignore"):
+            st = _long_state(x.reshape(-1, x.shape[-1]))
+            got = _composed.log_sum(np, st, return_sign, dtype=dtype)
+        return tuple(g.reshape(shape) for g in got) if return_sign else got.reshape(shape)
     res = np.empty(shape, dtype)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the result
@@ -138,6 +219,10 @@ def state_of(x, axes):
     may round in another order for a piece than for the whole array)."""
     compute, acc = compute_types(x.dtype)
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    if _long_rows(x, axes):
+        with np.errstate(all="ignore"):
+            return _composed.State(*(v.reshape(shape) for v in _long_state(
+                x.reshape(-1, x.shape[-1]))))
     m, c, s = np.empty(shape, compute), np.empty(shape, acc), np.empty(shape, acc)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the state

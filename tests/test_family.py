@@ -493,3 +493,29 @@ def test_host_logsumexp_gives_the_array_operations_bits(dtype, shape, axis):
     got, got_sign = cusoftmax.logsumexp(x, axis=axis, keepdims=True, return_sign=True)
     assert_same_bits(got, lse)
     assert_same_bits(got_sign, sign)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_host_rows_longer_than_a_piece(dtype):
+    """Rows past a cache-sized piece go a chunk at a time, their states merged: log_softmax and
+    logsumexp within their bounds, specials as SciPy's, a row's bits independent of the rows
+    beside it, in place too."""
+    from cusoftmax import _host
+
+    n = _host.PIECE_BYTES // 4 + 1000  # longer than a piece in the compute type
+    x = (np.random.default_rng(6).standard_normal((3, n)) * 4).astype(dtype)
+    x[1, 7] = np.nan
+    x[2, :] = -np.inf
+    x[2, 5] = 1.0
+    assert _host._long_rows(x, (1,))
+    ref = scipy.special.log_softmax(x.astype(np.float64), axis=1)
+    got = cusoftmax.log_softmax(x)
+    assert violations(got, ref, dtype.name, LOG_TOLERANCE) is None
+    lse = cusoftmax.logsumexp(x, axis=1)
+    lref = scipy.special.logsumexp(x.astype(np.float64), axis=1)
+    assert violations(lse, lref, dtype.name, LOG_TOLERANCE) is None
+    assert_same_bits(cusoftmax.log_softmax(x[:1]), got[:1])
+    assert_same_bits(cusoftmax.logsumexp(x[2:], axis=1), lse[2:])
+    inplace = x.copy()
+    assert cusoftmax.log_softmax(inplace, out=inplace) is inplace
+    assert_same_bits(inplace, got)
