@@ -57,20 +57,10 @@ def softmax_to(x, axes, dtype, out=None):
 
 
 def pieces(x, axes) -> list:
-    """Index tuples cutting x into pieces of whole slices of about PIECE_BYTES: along the kept
-    axis outermost in memory where each slice is one contiguous run, along the innermost kept
-    axis for one strided reduced axis (a slice's bits do not change: NumPy reduces a strided
-    axis term after term), else the whole array ([...]). The family's array operations then
-    pass over a piece while it stays in cache."""
-    if _rows(x, axes):
-        return _row_pieces(x, axes)
-    kept = [d for d in range(x.ndim) if d not in axes and x.shape[d] > 1]
-    if len(axes) != 1 or not kept or x.nbytes <= PIECE_BYTES:
-        return [...]
-    k = min(kept, key=lambda d: abs(x.strides[d]))
-    step = max(1, PIECE_BYTES * x.shape[k] // x.nbytes)
-    head = (slice(None),) * k
-    return [(*head, slice(i, i + step)) for i in range(0, x.shape[k], step)]
+    """Index tuples cutting x into pieces of whole slices of about PIECE_BYTES where each slice
+    is one contiguous run, else the whole array ([...]): the family's array operations then pass
+    over a piece while it stays in cache."""
+    return _row_pieces(x, axes) if _rows(x, axes) else [...]
 
 
 # Elements of a slice a piece holds along a row longer than a piece: a constant, so that a
@@ -82,6 +72,89 @@ def _long_rows(x, axes) -> bool:
     """One reduced axis, the last of a C-contiguous x, longer than a piece holds."""
     return (axes == (x.ndim - 1,) and x.flags.c_contiguous
             and x.shape[-1] * compute_types(x.dtype)[0].itemsize > PIECE_BYTES)
+
+
+# Steps of a strided reduced axis a piece holds: a constant, so that a slice's bits never
+# depend on the slices beside it (at most 255: a piece counts its maxima in bytes).
+STEPS = 64
+
+
+def _split_axis(x, axes) -> bool:
+    """One strided reduced axis (not contiguous rows) in an x larger than a piece: taken
+    STEPS at a time along it, the pieces' states merged."""
+    return (len(axes) == 1 and x.nbytes > PIECE_BYTES and x.shape[axes[0]] > STEPS
+            and not _rows(x, axes))
+
+
+def _steps(x, a):
+    """(index along axis a, index along the kept axes) pairs: STEPS of the axis, times blocks of
+    the kept axis innermost in memory sized to fill about PIECE_BYTES (all of it where one
+    step's slices are larger)."""
+    kept = [d for d in range(x.ndim) if d != a and x.shape[d] > 1]
+    k = min(kept, key=lambda d: abs(x.strides[d])) if kept else None
+    per_step = x.nbytes // x.shape[a] * STEPS
+    width = x.shape[k] if k is None or per_step <= PIECE_BYTES else max(
+        1, PIECE_BYTES * x.shape[k] // per_step)
+    for j in range(0, 1 if k is None else x.shape[k], width):
+        cols = [slice(None)] * x.ndim
+        if k is not None:
+            cols[k] = slice(j, j + width)
+        yield tuple(cols), [slice(i, i + STEPS) for i in range(0, x.shape[a], STEPS)]
+
+
+def _split_state(x, a):
+    """The State of each slice of x over strided axis a, STEPS at a time, merged in order."""
+    compute, acc = compute_types(x.dtype)
+    shape = tuple(1 if d == a else n for d, n in enumerate(x.shape))
+    m, c, s = np.empty(shape, compute), np.empty(shape, acc), np.empty(shape, acc)
+    for cols, steps in _steps(x, a):
+        st = None
+        for i in steps:
+            at = list(cols)
+            at[a] = i
+            part = _composed.State(*_step_state(x[tuple(at)].astype(compute, copy=False), a, acc))
+            st = part if st is None else _composed.merge(np, st, part)
+        m[cols], c[cols], s[cols] = st
+    return _composed.State(m, c, s)
+
+
+def _step_state(x, a, acc):
+    """``state`` of x (STEPS or fewer along strided axis a, the compute type) over a, its
+    float32 sum in blocks of BLOCK terms added in float64 (``_leading_sum``) and its count in
+    bytes (at most STEPS): no cast of every term."""
+    if x.dtype != np.float32:
+        return state(x, (a,), acc)
+    m = np.maximum.reduce(x, axis=a, keepdims=True)
+    top = x == m
+    e = np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=np.empty_like(x))
+    np.exp(e, out=e)
+    np.copyto(e, 0, where=top)
+    s = np.expand_dims(_leading_sum(np.moveaxis(e, a, 0)), a)
+    c = np.add.reduce(top.view(np.uint8), axis=a, keepdims=True, dtype=np.uint8)
+    return m, c.astype(acc), s
+
+
+def _split_normalize(op, x, st, a, y):
+    """y = softmax or log_softmax of x from each slice's State over strided axis a, STEPS of it
+    at a time (in place in y where it has the compute type)."""
+    compute = st.m.dtype
+    k = _composed.constant(np, op, st)
+    for cols, steps in _steps(x, a):
+        m, kc = st.m[cols], k[cols]
+        for i in steps:
+            at = list(cols)
+            at[a] = i
+            at = tuple(at)
+            yp = y[at]
+            e = yp if y.dtype == compute else np.empty(yp.shape, compute)
+            np.subtract(x[at], m, out=e)
+            if op == "softmax":
+                np.exp(e, out=e)
+                np.multiply(e, kc, out=e)
+            else:
+                np.subtract(e, kc, out=e)
+            if e is not yp:
+                yp[...] = e
 
 
 def _chunks(x):
@@ -140,6 +213,9 @@ def log_softmax(x, axes, out=None):
         with np.errstate(all="ignore"):
             x2 = x.reshape(-1, x.shape[-1])
             _long_normalize("log_softmax", x2, _long_state(x2), y.reshape(x2.shape))
+    elif _split_axis(x, axes):  # a strided axis: STEPS of it at a time, then normalise
+        with np.errstate(all="ignore"):
+            _split_normalize("log_softmax", x, _split_state(x, axes[0]), axes[0], y)
     else:
         _log_softmax_pieces(x, y, axes, compute, acc)
     if y is not out and out is not None:
@@ -188,6 +264,9 @@ def log_sum(x, axes, return_sign, dtype):
             st = _long_state(x.reshape(-1, x.shape[-1]))
             got = _composed.log_sum(np, st, return_sign, dtype=dtype)
         return tuple(g.reshape(shape) for g in got) if return_sign else got.reshape(shape)
+    if _split_axis(x, axes):  # a strided axis: STEPS of it at a time, merged
+        with np.errstate(all="ignore"):
+            return _composed.log_sum(np, _split_state(x, axes[0]), return_sign, dtype=dtype)
     res = np.empty(shape, dtype)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the result
@@ -223,6 +302,9 @@ def state_of(x, axes):
         with np.errstate(all="ignore"):
             return _composed.State(*(v.reshape(shape) for v in _long_state(
                 x.reshape(-1, x.shape[-1]))))
+    if _split_axis(x, axes):
+        with np.errstate(all="ignore"):
+            return _split_state(x, axes[0])
     m, c, s = np.empty(shape, compute), np.empty(shape, acc), np.empty(shape, acc)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the state
