@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cusoftmax import _bench_host, bench, planning
+from cusoftmax import bench, planning
+from cusoftmax.bench import host as _bench_host
 from _support import GPU_REASON
 
 

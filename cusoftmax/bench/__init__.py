@@ -30,12 +30,12 @@ the same call without it and ``jax.nn``'s with ``where=`` under ``jit``; GB/s co
 bytes too (read once), and results are checked against the masked reference.
 
 ``--op softmax_topk`` times softmax_topk on its own cases against the peers' two-op versions
-(cusoftmax/_bench_topk.py).
+(cusoftmax/bench/topk.py).
 
 ``--host`` times the host path (NumPy arrays) of ``--op`` against SciPy's function (the NumPy
 formula of a VJP), by wall clock, honouring ``--dtypes``, ``--widths``, ``--total``, ``--where``,
-``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/_bench_host.py); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
-one call on the same data (cusoftmax/_bench_dask.py).
+``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/bench/host.py); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
+one call on the same data (cusoftmax/bench/dask_chunks.py).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class Timer:
 def _reference_ok(cupy, x, y, axis, dtype_name, op="softmax", dy=None):
     """Sampled slices of y against a float64 softmax (log_softmax, logsumexp) of the same input;
     for a backward pass, y is dx, x the forward's output and dy the gradient."""
-    from ._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations, vjp_reference
+    from .._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations, vjp_reference
 
     if op in VJPS:
         ref, size = vjp_reference(cupy, x, dy, (axis % x.ndim,), op == "log_softmax_vjp")
@@ -278,7 +278,7 @@ def _peers(names, cupy, op="softmax"):
         peers["jax"] = jf
     if "triton" in names and op == "softmax":
         try:
-            from ._triton_peer import triton_softmax
+            from .triton_peer import triton_softmax
 
             peers["triton"] = lambda x, axis: triton_softmax(x, axis)
         except ImportError:
@@ -318,7 +318,7 @@ def _masked_peers(names, op, ours, given):
 
 def _masked_reference_ok(cupy, x, y, where, axis, dtype_name, op):
     """y against a float64 reference of x's masked slices (left-out places 0, or -inf)."""
-    from ._accuracy import LOG_TOLERANCE, TOLERANCE, violations
+    from .._accuracy import LOG_TOLERANCE, TOLERANCE, violations
 
     w = cupy.broadcast_to(where, x.shape)
     x64 = cupy.where(w, x.astype(cupy.float64), -cupy.inf)
@@ -418,11 +418,11 @@ def host_rounds(cupy, fns, rounds=7, calls=2000):
 def main(argv=None):
     args = _parse(argv)
     if args.host:
-        from ._bench_host import main as host_main
+        from .host import main as host_main
 
         return host_main(args)
     if args.dask:
-        from ._bench_dask import main as dask_main
+        from .dask_chunks import main as dask_main
 
         return dask_main(args)
     try:
@@ -433,12 +433,12 @@ def main(argv=None):
         print(f"cusoftmax.bench needs a CUDA GPU and CuPy: {e}", file=sys.stderr)
         return 2
     if args.op == "softmax_topk":
-        from ._bench_topk import main as topk_main
+        from .topk import main as topk_main
 
         return topk_main(args)
     import cusoftmax
 
-    from ._composed import _values, compute_types
+    from .._composed import _values, compute_types
 
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
@@ -542,7 +542,7 @@ def _versions():
         except md.PackageNotFoundError:
             pass
     if "cusoftmax" not in out:
-        from . import __version__
+        from .. import __version__
 
         out["cusoftmax"] = f"{__version__} (source tree)"
     return out
@@ -613,7 +613,3 @@ def _plot(rows, impls, device, path):
     fig.suptitle(device)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

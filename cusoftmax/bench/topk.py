@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .bench import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
+from . import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
                     host_rounds)
 
 # (label, rows, n, k, log, renormalize)
@@ -38,7 +38,7 @@ CASES = [
 
 def _check(cupy, x, got, k, log, renormalize, dtype_name):
     """None where sampled rows of `got` have NumPy's indices and softmax's values, else why."""
-    from ._accuracy import LOG_TOLERANCE, TOLERANCE, violations
+    from .._accuracy import LOG_TOLERANCE, TOLERANCE, violations
 
     pick = np.unique(np.linspace(0, x.shape[0] - 1, 6).astype(np.int64))
     a = cupy.asnumpy(x[pick].astype(cupy.float32)).astype(np.float64)

@@ -1,0 +1,7 @@
+"""``python -m cusoftmax.bench``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
