@@ -9,7 +9,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ._api import FLOAT8, LONGDOUBLE
+from ._args import FLOAT8, LONGDOUBLE
 
 TOLERANCE = {  # dtype name: (rtol, atol)
     "float64": (1e-12, 1e-300),

@@ -50,60 +50,42 @@ def explain_no_gpu(e: BaseException) -> str:
     return f"no usable CUDA device: {meaning} ({text})" if meaning else f"no usable CUDA device ({text})"
 
 
-def _itself(a):
-    """The wrapper of arrays that go back as they are (CuPy, NumPy, unknown producers)."""
-    return a
-
-
 def _framework(obj) -> str:
     return type(obj).__module__.partition(".")[0]
 
 
-def is_dask(*objs) -> bool:
-    """Whether any of ``objs`` is a Dask collection (found by its type's module: dask itself is
-    imported only when one is passed)."""
-    return any(o is not None and _framework(o) == "dask" for o in objs)
-
-
-def dask_call(name: str, *args, **kwargs):
-    """The function ``name`` of the family on Dask input (a lazy Dask array or two)."""
-    from . import _dask
-
-    return getattr(_dask, name)(*args, **kwargs)
-
-
-def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any]:
+def _wrapper(framework: str, on_gpu: bool) -> Callable[[Any], Any] | None:
     """How to hand a result back to ``framework`` (zero-copy through DLPack or the CUDA array
-    interface). Unknown producers get the CuPy (or NumPy) array itself."""
+    interface); None where the CuPy (or NumPy) array goes back itself (unknown producers too)."""
     if framework == "torch":
         return importlib.import_module("torch").from_dlpack
     if framework in ("jax", "jaxlib"):
         return importlib.import_module("jax.numpy").from_dlpack
     if framework == "numba" and on_gpu:
         return importlib.import_module("numba.cuda").as_cuda_array
-    return _itself
+    return None
 
 
 class Adapted(NamedTuple):
     array: Any  # a cupy.ndarray or a numpy.ndarray
     on_gpu: bool
     framework: str  # "cupy", "numpy", "torch", "jax", "numba", ...
-    wrap: Callable[[Any], Any]
+    wrap: Callable[[Any], Any] | None  # hands a result back to the framework; None: as it is
 
 
 def adapt(obj, arrays_only: bool = False) -> Adapted:
     """``obj`` as a CuPy or NumPy array. ``arrays_only``: refuse what ``numpy.asarray`` would
     copy into a new array (lists, scalars), where a result written there would be lost."""
     if type(obj) is np.ndarray:
-        return Adapted(obj, False, "numpy", _itself)
+        return Adapted(obj, False, "numpy", None)
     if isinstance(obj, np.ma.MaskedArray):
         raise TypeError("numpy.ma.MaskedArray is not taken (its mask would be ignored): pass "
                         "x.data with where=~numpy.ma.getmaskarray(x)")
     if isinstance(obj, np.ndarray):  # np.matrix, np.memmap, ...: the ndarray behind it
-        return Adapted(obj.view(np.ndarray), False, "numpy", _itself)
+        return Adapted(obj.view(np.ndarray), False, "numpy", None)
     cupy = cupy_or_none()
     if cupy is not None and isinstance(obj, cupy.ndarray):
-        return Adapted(obj, True, "cupy", _itself)
+        return Adapted(obj, True, "cupy", None)
     framework = _framework(obj)
     if hasattr(obj, "__dlpack_device__"):
         kind = int(obj.__dlpack_device__()[0])
@@ -124,4 +106,4 @@ def adapt(obj, arrays_only: bool = False) -> Adapted:
         return Adapted(cupy.asarray(obj), True, framework, _wrapper(framework, True))
     if arrays_only:
         raise TypeError(f"expected an array, got {type(obj).__name__}")
-    return Adapted(np.asarray(obj), False, "numpy", _itself)
+    return Adapted(np.asarray(obj), False, "numpy", None)

@@ -6,7 +6,7 @@ State of its part of every slice, a tree merge of the states (``dask.array.reduc
 read and one write of each chunk to normalise from its slice's merged state; 2 reads + 1 write,
 no rechunking of the input and no slice gathered onto one worker. The VJPs likewise: the slice
 sums by a Dask reduction, then one pass per chunk. CuPy chunks without `where` and `b` (and with
-no `scale` or a scalar one the kernels take, ``_api.fused_scale``) take each chunk's states from
+no `scale` or a scalar one the kernels take, ``_engine.fused_scale``) take each chunk's states from
 the reduce kernels (``slice_state``: one read), merge them by one fused kernel a merge, and
 normalise by the normalize kernel where the axis is the last (one read, one write; float32
 chunks of other axes by one fused elementwise pass); the rest by ``_composed``'s array
@@ -24,9 +24,7 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-import cusoftmax
-
-from . import _api, _arrays, _composed, _family, _host, _topk
+from . import _args, _arrays, _composed, _engine, _family, _host, _topk
 
 
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
@@ -45,7 +43,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
                                                                (scale, "scale")))
     if _within_chunks(a, axes):
         shape = dict(chunks=_reduced_chunks(a, axes)) if keepdims else dict(drop_axis=axes)
-        res = da.map_blocks(_on_chunk, a, b, where, scale, fn=cusoftmax.logsumexp,
+        res = da.map_blocks(_on_chunk, a, b, where, scale, fn=_family.logsumexp,
                             keys=("b", "where", "scale"), axis=axes, keepdims=keepdims,
                             return_sign=return_sign, **shape,
                             meta=meta_from_array(a._meta, a.ndim - len(axes) * (not keepdims),
@@ -74,18 +72,19 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     one chunk: the ordinary function on each chunk. Slices split over chunks: each chunk's k
     best entries (positions along the whole axis) and its State, merged in a tree (candidates
     in chunk order, so ties keep the lower position), the values from the merged State. `axis`:
-    an int (cusoftmax.softmax_topk's check)."""
+    an int (_topk.softmax_topk's check)."""
+    _args.int_axis(axis)
     x, c = _checked(x, axis, out, "softmax_topk")
-    ax = _topk._one_axis(axis, c)
+    ax = _args.one_axis(axis, c)
     if x.shape[ax] != x.shape[ax]:
         raise ValueError("softmax_topk needs the axis's length, unknown until computed "
                          "(compute_chunk_sizes())")
-    k = _topk._count(k, x.shape[ax])
+    k = _args.count_k(k, x.shape[ax])
     where, scale = _operand(where, x, c, "where"), _operand(scale, x, c, "scale")
     chunks = x.chunks[:ax] + ((k,),) + x.chunks[ax + 1:]
     flags = {"log": log, "renormalize": renormalize}
     if _within_chunks(x, (ax,)):
-        fn = partial(cusoftmax.softmax_topk, k=k, **flags)
+        fn = partial(_topk.softmax_topk, k=k, **flags)
         both = da.map_blocks(_on_chunk, x, where, scale, fn=fn, keys=("where", "scale"), axis=ax,
                              chunks=chunks, meta=x._meta)
     else:
@@ -107,7 +106,7 @@ def _normalized(op, x, axis, where, scale, out, method):
     where, scale = _operand(where, x, c, "where"), _operand(scale, x, c, "scale")
     meta = meta_from_array(x._meta, x.ndim, dtype)
     if _within_chunks(x, axes):
-        return da.map_blocks(_on_chunk, x, where, scale, fn=getattr(cusoftmax, op),
+        return da.map_blocks(_on_chunk, x, where, scale, fn=getattr(_family, op),
                              keys=("where", "scale"), axis=axes, method=method, meta=meta)
     if method is not None:
         raise ValueError("method= chooses the kernel of whole slices; these slices are split "
@@ -122,7 +121,7 @@ def _vjp(log, y, dy, axis, where, out):
     dy, where = _operand(dy, y, c, "dy").astype(dtype), _operand(where, y, c, "where")
     meta = meta_from_array(y._meta, y.ndim, dtype)
     if _within_chunks(y, axes):
-        fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+        fn = _family.log_softmax_vjp if log else _family.softmax_vjp
         return da.map_blocks(_on_chunk, y, dy, where, fn=fn, keys=("where",), axis=axes,
                              meta=meta)
     # The partial sums keep their accumulation type through Dask's sum (its dtype is the meta's).
@@ -144,7 +143,7 @@ def _checked(x, axis, out, op, method=None):
     if xp is np and not isinstance(x._meta, np.ndarray):
         raise TypeError(f"Dask chunks must be CuPy or NumPy arrays, not {type(x._meta).__name__}")
     shape = tuple(1 if n != n else n for n in x.shape)  # NaN: a length unknown until computed
-    c = _api.prepare(_stand_in(xp, shape, x.dtype), axis, None, method, op)
+    c = _args.prepare(_stand_in(xp, shape, x.dtype), axis, None, method, op)
     return x.astype(c.dtype), c
 
 
@@ -153,8 +152,8 @@ def _stand_in(xp, shape, dtype):
     return xp.broadcast_to(xp.empty((), dtype), shape)
 
 
-_RULES = {"where": _family._where, "scale": _family._scale, "b": _family._weights,
-          "dy": _family._grad}
+_RULES = {"where": _args.checked_where, "scale": _args.checked_scale, "b": _args.checked_weights,
+          "dy": _args.checked_dy}
 
 
 def _operand(v, x, c, name):
@@ -252,10 +251,10 @@ def _state_chunk(x, *arrays, keys, axes):
                                xp.zeros(shape, acc))
     named = dict(zip(keys, arrays))
     scale = named.pop("scale", None)
-    fs = None if scale is None else _api.fused_scale(scale, x.dtype)
+    fs = None if scale is None else _engine.fused_scale(scale, x.dtype)
     if xp is not np and all(a is None for a in named.values()) and (scale is None or fs is not None):
         # the reduce kernels, one read (a scalar scale applied as they load)
-        st = _api.reduced(_api.prepare(x, axes, None, None, "logsumexp"), "slice_state", fs)
+        st = _engine.reduced(_args.prepare(x, axes, None, None, "logsumexp"), "slice_state", fs)
         m, c, s = (st[..., i].reshape(shape) for i in range(3))
         return _composed.State(m.astype(compute, copy=False), c.astype(acc, copy=False),
                                s.astype(acc, copy=False))
@@ -280,7 +279,7 @@ def _topk_part(x, where, scale, *, k, ax, block_info=None):
     compute = _composed.compute_types(x.dtype)[0]
     kc = min(k, x.shape[ax])
     if xp is not np and where is None and scale is None and kc:  # the topk kernels: one read
-        top = cusoftmax.softmax_topk(x, kc, axis=ax)[1]
+        top = _topk.softmax_topk(x, kc, axis=ax)[1]
         values, kept = xp.take_along_axis(x, top, axis=ax).astype(compute), None
     elif kc:
         keep = None if where is None else xp.broadcast_to(where, x.shape)
@@ -376,10 +375,10 @@ def _normalizing(st, *, op, axes):
 def _normalize_chunk(x, total, where, scale, *, op, axes):
     xp = _module(x)
     st, k, mk = total
-    fs = None if scale is None else _api.fused_scale(scale, x.dtype)
+    fs = None if scale is None else _engine.fused_scale(scale, x.dtype)
     if xp is not np and where is None and (scale is None or fs is not None):
         if mk is not None:  # the normalize kernel: rows from their (m, k)
-            y = _api.normalized(x, mk, op, fs)
+            y = _engine.normalized(x, mk, op, fs)
             if y is not None:
                 return y
         if x.dtype == np.float32 and scale is None:

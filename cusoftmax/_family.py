@@ -10,141 +10,142 @@ operations on the current stream).
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
-from . import _api, _arrays, _host, planning
+from . import _args, _engine, _host, planning
 from . import _composed as C
+from ._args import Call
+
+def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    """Softmax of ``scale * x`` along `axis`: ``exp(x - max) / sum(exp(x - max))`` per slice.
+
+    Parameters
+    ----------
+    x : array_like
+        A CuPy array; a PyTorch, JAX or Numba CUDA array (taken without a copy through DLPack
+        or ``__cuda_array_interface__``); or a NumPy array or anything ``numpy.asarray``
+        accepts, computed on the host. float16, bfloat16 (``ml_dtypes``), float32 and float64
+        keep their dtype; integers are promoted as ``numpy.exp`` promotes them. On the host
+        only: longdouble (computed in longdouble) and the 8-bit floats of ``ml_dtypes``
+        (``float8_e4m3fn``, ``float8_e5m2``, ...; computed in float32 and rounded once to their
+        type; not ``float8_e8m0fnu``, which holds no zero). A non-native byte order gives a
+        result in native order.
+    axis : int, tuple of ints or None, optional
+        The axis or axes of each slice (negative counts from the end; ``bool`` is not an
+        axis). ``None`` takes all elements as one slice. On a 0-d `x`, the int 0 or -1 also
+        takes its one element (as NumPy's reductions), so the default gives 1.0 (NaN for a NaN
+        or infinite value) as SciPy does. Default ``-1``.
+    where : bool array_like, optional
+        Broadcastable to `x` (never expanded in memory); False positions are left out of their
+        slice and give 0. A slice with no True position gives all zeros.
+    scale : scalar or array_like, optional
+        The softmax of ``scale * x`` (rounded to the compute type): a Python or NumPy real
+        scalar, or an array with one value a slice (broadcastable to the shape of `x` with the
+        reduced axes of length 1).
+    out : array, optional
+        Where to write the result: an array (not a list or a scalar) of the same shape as `x`,
+        the result's dtype in either byte order, the same framework and device. It may be `x`
+        itself (in place). Checked before anything is written.
+    method : {None, 'registers', 'flat', 'tiles', 'block', 'cluster', 'grid', 'online', 'columns', 'slab'}, optional
+        GPU only, without `where` (and a `scale` only where the kernels take it, see Notes):
+        force one kernel instead of the dispatcher's
+        choice (for tests and benchmarks). ``'registers'`` holds a row in registers (rows up
+        to 16384 elements),
+        ``'flat'`` stages runs of rows that lie back to back by 16-byte copies (rows up to 1024
+        elements; other layouts are copied first), ``'tiles'`` stages several short rows per
+        warp in shared memory, ``'block'`` holds a
+        row in one block's shared memory, ``'cluster'`` across the
+        shared memory of a thread-block cluster (compute capability 9.0 and newer),
+        ``'grid'`` in chunks across the shared memory of blocks all over the GPU (rows up to
+        two chunks of 32 KiB per resident block), ``'online'`` runs the two-pass tiled kernel on any
+        row, ``'columns'`` reduces a strided axis in place of a transposing copy (two reads),
+        ``'slab'`` holds strips of a strided axis across the shared memory of a thread-block
+        cluster (compute capability 9.0 and newer; float types of at most 4 bytes).
+
+    Returns
+    -------
+    array
+        The softmax, in the framework of `x` (CuPy, PyTorch, JAX, Numba or NumPy; a 0-d array
+        for a 0-d `x`), or `out`.
+
+    Raises
+    ------
+    numpy.exceptions.AxisError
+        If an axis is out of range.
+    TypeError
+        For bool, complex or other non-numeric dtypes, a host-only float type in a GPU array,
+        an `axis` that is not an integer (bool included), an `out` that is not an array
+        or has the wrong dtype or kind, a `where` that is not bool or a `scale` that is not real.
+    ValueError
+        If a reduced axis has length 0, `out` has the wrong shape or device, `where` or `scale`
+        does not broadcast as above, or `method` is not one of the names above (checked for
+        every input), is given for an input computed on the host or with `where` or a `scale`
+        the kernels do not take, or cannot run on this input.
+
+    Notes
+    -----
+    As ``scipy.special.softmax``: a slice holding NaN or +inf is all NaN, a slice of all -inf is
+    all NaN, and -inf entries of other slices give 0 (with `where`: among the positions left
+    in). GPU work runs on CuPy's current stream. A scalar `scale`, positive and finite in the
+    compute type, is applied by the kernels as they load `x`. `where` without `scale` is read by
+    the kernels for rows along the last axis of a C-contiguous `x` that a block or a cluster of
+    blocks holds with a byte a place beside them (on an H200 up to 367,677 float32 elements),
+    with a mask of `x`'s shape or one broadcast over a block of the leading axes (``(n,)``,
+    ``(batch, 1, ..., 1, n)``); other masks and scales are computed by array operations.
+    Float16, bfloat16 and the 8-bit floats are computed in float32, with one rounding when
+    stored. On the host, float32 sums stay within a few ulps at any length: pairwise along a
+    contiguous run, else float32 blocks of at most 16 terms added in float64.
+
+    Examples
+    --------
+    >>> import numpy as np, cusoftmax
+    >>> cusoftmax.softmax(np.array([0.0, np.log(3.0)]))
+    array([0.25, 0.75])
+    """
+    if out is None and method is None and where is None:
+        if type(x) is np.ndarray and scale is None:
+            hit = _engine.host_call(x, axis, "softmax")
+            if hit is not None:
+                return _host.softmax_to(x, hit[0], hit[1])
+        elif type(x) is _engine.fast_type:
+            y = _engine.fast_call(x, axis, "softmax", scale)
+            if y is not None:
+                return y
+    c = _args.prepare(x, axis, out, method, "softmax", where=where, scale=scale)
+    if where is not None or scale is not None or not c.src.on_gpu:
+        return forward("softmax", c, out, where, scale, method, remember=(x, axis))
+    return _engine.fused(c, out, method, "softmax", remember=(x, axis))
 
 
-def _xp(c: _api.Call):
-    return _arrays.cupy_or_none() if c.src.on_gpu else np
-
-
-def _on_device(c: _api.Call):
-    return c.array.device if c.src.on_gpu else contextlib.nullcontext()
-
-
-def _operand(obj, c: _api.Call, name: str):
-    """`obj` as an array of the call's kind: a host array (or scalar, or list) goes to the GPU
-    with a GPU `x`; a GPU array with a host `x` is a TypeError."""
-    a = _arrays.adapt(obj)
-    if a.on_gpu and not c.src.on_gpu:
-        raise TypeError(f"{name} is a GPU array ({a.framework}) and x a host array")
-    if c.src.on_gpu and not a.on_gpu:
-        with c.array.device:
-            return _xp(c).asarray(a.array)
-    return a.array
-
-
-def _broadcasts(a, shape, name: str, what: str):
-    try:
-        ok = np.broadcast_shapes(a.shape, shape) == tuple(shape)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} of shape {a.shape} does not broadcast to {what} {tuple(shape)}")
-
-
-def _slices_shape(c: _api.Call) -> tuple[int, ...]:
-    """The shape of `x` with the reduced axes of length 1 (one element a slice)."""
-    return tuple(1 if d in c.axes else n for d, n in enumerate(c.array.shape))
-
-
-def _real(a, name: str, bool_ok=False):
-    """Real numbers: the dtypes softmax takes (bool too where `bool_ok`)."""
-    if a.dtype == np.bool_ and bool_ok:
-        return
-    try:
-        _api.result_dtype(a.dtype)
-    except TypeError:
-        raise TypeError(f"{name} must hold real numbers, not {a.dtype}") from None
-
-
-def _where(where, c: _api.Call):
-    """The mask in its own shape (a broadcast mask is never expanded)."""
-    if where is None:
-        return None
-    w = _operand(where, c, "where")
-    if w.dtype != np.bool_:
-        raise TypeError(f"where must be a bool array, not {w.dtype}")
-    _broadcasts(w, c.array.shape, "where", f"{c.input_name}'s shape")
-    return w
-
-
-def _scale(scale, c: _api.Call):
-    """A Python or NumPy scalar as it is; an array, one value a slice: broadcastable to the
-    shape of `x` with the reduced axes of length 1."""
-    if scale is None:
-        return None
-    if isinstance(scale, (bool, np.bool_)):
-        raise TypeError("scale must be a real number, not bool")
-    if isinstance(scale, (int, float, np.integer, np.floating)):
-        return scale
-    s = _operand(scale, c, "scale")
-    _real(s, "scale")
-    _broadcasts(s, _slices_shape(c), "scale", "one value a slice: the shape")
-    return s
-
-
-def _weights(b, c: _api.Call):
-    if b is None:
-        return None
-    w = _operand(b, c, "b")
-    _real(w, "b", bool_ok=True)
-    _broadcasts(w, c.array.shape, "b", "a's shape")
-    return w
-
-
-def _grad(dy, c: _api.Call):
-    """`dy` of `y`'s shape and kind, in the result's dtype."""
-    g = _operand(dy, c, "dy")
-    _real(g, "dy")
-    if g.shape != c.array.shape:
-        raise ValueError(f"dy has shape {g.shape}, y has shape {c.array.shape}")
-    return g.astype(c.dtype, copy=False)
-
-
-def _no_method(method, c: _api.Call, op: str):
-    if method is None:
-        return
-    if not c.src.on_gpu:
-        _api.host_method(method)
-    raise ValueError(f"method= chooses a fused kernel; none computes {op} yet (it runs as "
-                     f"array operations on the GPU)")
-
-
-def _finish(c: _api.Call, out, y):
+def _finish(c: Call, out, y):
     """`out` where given (already written), else the result in the caller's framework."""
-    return out if out is not None else c.src.wrap(y)
+    return out if out is not None else (y if c.src.wrap is None else c.src.wrap(y))
 
 
-def forward(op: str, c: _api.Call, out, where, scale, method, remember=None):
+def forward(op: str, c: Call, out, where, scale, method, remember=None):
     """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
     sends here what its kernels do not take). ``remember``: (x, axis) as the caller gave them,
     for the fast path of later calls."""
     if not c.src.on_gpu and where is None and scale is None:  # the host's own path
-        _api.host_method(method)
         if remember is not None and out is None:
-            _api.remember_host(remember[0], remember[1], op, c)
+            _engine.remember_host(remember[0], remember[1], op, c)
         if op == "softmax":
             return _finish(c, out, _host.softmax_to(c.array, c.axes, c.dtype, c.out))
         return _finish(c, out, _host.log_softmax(c.array.astype(c.dtype, copy=False), c.axes,
                                                  out=c.out))
-    w, s = _where(where, c), _scale(scale, c)
-    fs = _api.fused_scale(s, c.dtype)
+    w, s = c.where, c.scale
+    fs = _engine.fused_scale(s, c.dtype)
     fused = c.src.on_gpu and c.dtype.name in planning.FUSED_TYPES.get(op, ())
     if fused and w is None and (s is None or fs is not None):
-        return _api.fused(c, out, method, op, remember, fs)
+        return _engine.fused(c, out, method, op, remember, fs)
     if fused and s is None and method is None:
-        y = _api.masked(c, w, op)  # the kernels of the Masked load, where they hold the rows
+        y = _engine.masked(c, w, op)  # the kernels of the Masked load, where they hold the rows
         if y is not None:
             return out if out is not None else y
-    _no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
+    _args.no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
                else f"{op} with where= or an array, zero, negative or non-finite scale=")
-    xp = _xp(c)
-    with _on_device(c):
+    xp = c.xp
+    with c.device:
         x = c.array.astype(c.dtype, copy=False)
         if xp is np and op == "log_softmax" and w is None and s is None:
             y = _host.log_softmax(x, c.axes, out=c.out)  # in cache-sized pieces
@@ -217,18 +218,16 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     """
     if out is None and method is None and where is None:
         if type(x) is np.ndarray and scale is None:
-            hit = _api.host_call(x, axis, "log_softmax")
+            hit = _engine.host_call(x, axis, "log_softmax")
             if hit is not None:
                 return _host.log_softmax(x.astype(hit[1], copy=False), hit[0])
-        elif type(x) is _api._fast_type:
-            y = _api.fast_call(x, axis, "log_softmax", scale)
+        elif type(x) is _engine.fast_type:
+            y = _engine.fast_call(x, axis, "log_softmax", scale)
             if y is not None:
                 return y
-    if _arrays.is_dask(x, where, scale):
-        return _arrays.dask_call("log_softmax", x, axis, where=where, scale=scale, out=out,
-                                 method=method)
-    return forward("log_softmax", _api.prepare(x, axis, out, method, "log_softmax"), out,
-                   where, scale, method, remember=(x, axis))
+    return forward("log_softmax", _args.prepare(x, axis, out, method, "log_softmax",
+                                                where=where, scale=scale),
+                   out, where, scale, method, remember=(x, axis))
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
@@ -296,22 +295,20 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     ...                           return_sign=True)[1])
     -1.0
     """
-    if _arrays.is_dask(a, b, where, scale):
-        return _arrays.dask_call("logsumexp", a, axis, b, keepdims, return_sign, where=where,
-                                 scale=scale, out=out)
-    c = _api.prepare(a, axis, None, None, "logsumexp", _with_weights(a, b), empty_ok=True)
-    shape = _slices_shape(c)
+    c = _args.prepare(a, axis, None, None, "logsumexp", empty_ok=True, where=where, scale=scale,
+                      b=b)
+    shape = c.sliced
     shape = shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in c.axes)
-    dst = _log_sum_out(out, c, shape, return_sign)
-    w, s, wb = _where(where, c), _scale(scale, c), _weights(b, c)
-    xp = _xp(c)
-    with _on_device(c):
-        fs = _api.fused_scale(s, c.dtype)
+    dst = _args.log_sum_out(out, c, shape, return_sign)
+    w, s, wb = c.where, c.scale, c.b
+    xp = c.xp
+    with c.device:
+        fs = _engine.fused_scale(s, c.dtype)
         if any(c.array.shape[d] == 0 for d in c.axes):  # empty sums: log 0, sign 0
             r = xp.full(shape, -np.inf, c.dtype)
             res = (r, xp.zeros(shape, c.dtype)) if return_sign else (r,)
         elif c.src.on_gpu and w is None and (s is None or fs is not None) and wb is None:
-            r = _api.reduced(c, "logsumexp", fs)  # the reduce kernels
+            r = _engine.reduced(c, "logsumexp", fs)  # the reduce kernels
             res = (r, _sign_of(xp, r)) if return_sign else (r,)
         elif xp is np and w is None and s is None and wb is None:  # in cache-sized pieces
             res = _host.log_sum(c.array.astype(c.dtype, copy=False), c.axes, return_sign, c.dtype)
@@ -325,20 +322,11 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
             for d, r in zip(dst, res):
                 xp.copyto(d, r)
             return out
-    res = tuple(r[()] if c.src.framework == "numpy" and r.ndim == 0 else c.src.wrap(r)
+    wrap = c.src.wrap
+    res = tuple(r[()] if c.src.framework == "numpy" and r.ndim == 0 else
+                r if wrap is None else wrap(r)
                 for r in res)
     return res if return_sign else res[0]
-
-
-def _with_weights(a, b):
-    """The shape `a` and `b` broadcast to together (as SciPy's logsumexp), or None without `b`."""
-    if b is None:
-        return None
-    try:
-        return np.broadcast_shapes(np.shape(a), np.shape(b))
-    except ValueError:
-        raise ValueError(f"b of shape {np.shape(b)} does not broadcast with a's shape "
-                         f"{np.shape(a)}") from None
 
 
 def _sign_of(xp, r):
@@ -348,27 +336,15 @@ def _sign_of(xp, r):
     return xp.where(xp.isnan(r), r.dtype.type(np.nan), one)
 
 
-def _log_sum_out(out, c: _api.Call, shape, return_sign):
-    """The arrays behind logsumexp's `out` (one, or two with `return_sign`), checked."""
-    if out is None:
-        return None
-    outs = out if return_sign else (out,)
-    if not isinstance(outs, tuple) or len(outs) != 1 + return_sign:
-        raise TypeError("out must be an array, or a tuple of two arrays with return_sign=True")
-    return tuple(_api._check_out(o, c.src, shape, c.dtype) for o in outs)
-
-
 def _vjp(y, dy, axis, where, out, log: bool, op: str):
-    if _arrays.is_dask(y, dy, where):
-        return _arrays.dask_call(op, y, dy, axis, where=where, out=out)
-    c = _api.prepare(y, axis, out, None, op)
-    g, w = _grad(dy, c), _where(where, c)
-    xp = _xp(c)
-    with _on_device(c):
+    c = _args.prepare(y, axis, out, None, op, where=where, dy=dy)
+    g, w = c.dy, c.where
+    xp = c.xp
+    with c.device:
         if c.src.on_gpu and w is None and c.dtype.name in planning.FUSED_TYPES[op]:
-            dx = _api.vjp_gpu(c, g, op, remember=(y, dy, axis) if out is None else None)
+            dx = _engine.vjp_gpu(c, g, op, remember=(y, dy, axis) if out is None else None)
             if c.out is None:
-                return c.src.wrap(dx)
+                return dx if c.src.wrap is None else c.src.wrap(dx)
             c.out[...] = dx
             return out
         yy = c.array.astype(c.dtype, copy=False)
@@ -425,7 +401,7 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
 
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if where is None and out is None:  # a call like an earlier one: no frame more than needed
-        dx = _api.vjp_fast(y, dy, axis, "softmax_vjp")
+        dx = _engine.vjp_fast(y, dy, axis, "softmax_vjp")
         if dx is not None:
             return dx
     return _vjp(y, dy, axis, where, out, False, "softmax_vjp")
@@ -433,7 +409,7 @@ def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if where is None and out is None:
-        dx = _api.vjp_fast(y, dy, axis, "log_softmax_vjp")
+        dx = _engine.vjp_fast(y, dy, axis, "log_softmax_vjp")
         if dx is not None:
             return dx
     return _vjp(y, dy, axis, where, out, True, "log_softmax_vjp")

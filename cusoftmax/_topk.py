@@ -13,45 +13,10 @@ own values at those positions.
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
-from numpy.exceptions import AxisError
 
-from . import _api, _arrays, _family, _host, _kernels, planning
+from . import _args, _engine, _host
 from . import _composed as C
-
-
-def _count(k, n: int) -> int:
-    """`k` as a Python int in ``[1, n]``."""
-    if isinstance(k, (bool, np.bool_)):
-        raise TypeError(f"k must be an integer, not bool ({k!r})")
-    try:
-        k = operator.index(k)
-    except TypeError:
-        raise TypeError(f"k must be an integer, not {type(k).__name__} ({k!r})") from None
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be between 1 and the axis length {n}, got {k}")
-    return k
-
-
-def _one_axis(axis, c: _api.Call) -> int:
-    """The one reduced axis (non-negative); a 0-d input is an AxisError (it has no axis to hold
-    k entries)."""
-    if not c.axes:
-        raise AxisError(operator.index(axis), 0, "softmax_topk needs an axis: x is 0-d")
-    return c.axes[0]
-
-
-def _pair_out(out, c: _api.Call, shape):
-    """The arrays behind `out` = (values, indices), each checked before anything is written."""
-    if out is None:
-        return None
-    if not isinstance(out, tuple) or len(out) != 2:
-        raise TypeError("out must be a tuple of two arrays (values, indices)")
-    return (_api._check_out(out[0], c.src, shape, c.dtype),
-            _api._check_out(out[1], c.src, shape, np.dtype(np.int64)))
-
 
 def _order_key(xp, v, keep):
     """Integer keys, ascending in the order of ``argsort(-v, kind="stable")`` with the positions
@@ -177,38 +142,31 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     (array([0.6, 0.3]), array([1, 2]))
     """
     op = ("softmax_topk", k, type(k), log, renormalize)  # the fast path's key
-    if type(x) is _api._fast_type and out is None and where is None and scale is None:
-        run = _api.remembered(x, axis, op)
+    if type(x) is _engine.fast_type and out is None and where is None and scale is None:
+        run = _engine.remembered(x, axis, op)
         if run is not None:
             return run(x)
-    if axis is None or isinstance(axis, tuple):  # the k largest are taken along one axis
-        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
-    if _arrays.is_dask(x, where, scale):
-        return _arrays.dask_call("softmax_topk", x, k, axis, log=log, renormalize=renormalize,
-                                 where=where, scale=scale, out=out)
-    c = _api.prepare(x, axis, None, None, "softmax_topk")
-    ax = _one_axis(axis, c)
-    k = _count(k, c.array.shape[ax])
-    shape = c.array.shape[:ax] + (k,) + c.array.shape[ax + 1:]
-    dst = _pair_out(out, c, shape)
-    w, s = _family._where(where, c), _family._scale(scale, c)
-    xp = _family._xp(c)
-    with _family._on_device(c):
+    c = _args.prepare(x, axis, None, None, "softmax_topk", where=where, scale=scale)
+    ax, k, shape, dst = _args.topk_out(axis, k, out, c)
+    w, s = c.where, c.scale
+    xp = c.xp
+    with c.device:
         values, indices = _topk(xp, c, ax, shape, w, s, log, renormalize, dst, (x, axis, op))
     if dst is not None:
         return out
-    return c.src.wrap(values), c.src.wrap(indices)
+    wrap = c.src.wrap
+    return (values, indices) if wrap is None else (wrap(values), wrap(indices))
 
 
-def _topk(xp, c: _api.Call, ax: int, shape, w, s, log, renormalize, dst, remember=None):
+def _topk(xp, c: _args.Call, ax: int, shape, w, s, log, renormalize, dst, remember=None):
     """The (values, indices) of a checked call, written into `dst` where given. ``remember``:
     (the caller's x, axis, key) for the fast path's table, where the kernels take the call."""
     if c.array.size == 0:
         return dst or (xp.empty(shape, c.dtype), xp.empty(shape, np.int64))
-    fs = _api.fused_scale(s, c.dtype)
+    fs = _engine.fused_scale(s, c.dtype)
     if xp is not np and w is None and (s is None or fs is not None):
         remember = None if dst or fs is not None else remember
-        fused = _fused(c, ax, shape[ax], log, renormalize, remember, fs)
+        fused = _engine.topk_fused(c, ax, shape[ax], log, renormalize, remember, fs)
         if fused is not None:
             if dst is None:
                 return fused
@@ -268,48 +226,3 @@ def finish(xp, op, values, kept, axes, st, has_nan, out=None):
         # A NaN anywhere in the slice makes it NaN, chosen or not (NaN sorts last).
         st = st._replace(m=xp.where(has_nan, st.m.dtype.type(np.nan), st.m))
     return C.normalize(xp, op, values, st, axes, where=kept, out=out)
-
-
-def _fused(c: _api.Call, ax: int, k: int, log: bool, renormalize: bool, remember=None,
-           scale=None):
-    """(values, indices) of a GPU call by the topk kernels, or None where no plan takes it (a
-    dtype of ``planning.TOPK_TYPES``; rows contiguous along the axis, copied where not). The
-    launch enters the fast path's table where `remember` is given and x is the caller's
-    C-contiguous array reduced along its last axis. ``scale``: as ``_api.fused``."""
-    import cupy
-
-    if c.dtype.name not in planning.TOPK_TYPES:
-        return None
-    x = c.array.astype(c.dtype, copy=False)
-    last = ax == x.ndim - 1
-    x = x if last else cupy.moveaxis(x, ax, -1)
-    n = x.shape[-1]
-    rows = x.size // n
-    if x.flags.c_contiguous:
-        ldx = n
-    elif x.ndim == 2 and x.strides[1] == x.itemsize and x.strides[0] % x.itemsize == 0:
-        ldx = x.strides[0] // x.itemsize  # rows at a stride: read in place
-    else:
-        x, ldx = cupy.ascontiguousarray(x), n
-    device = x.device.id
-    tuning = planning.active()
-    load, word = _api._load(scale)
-    plan = planning.topk_plan(rows, n, ldx, k, renormalize, x.itemsize, x.data.ptr % 16,
-                              planning.device_limits(device), tuning,
-                              "log_softmax" if log else "softmax", load)
-    if plan is None:
-        return None
-    launch = _kernels.bind(plan, None, c.dtype.name, device, tuning)
-    shape, dtype, new = x.shape[:-1] + (k,), c.dtype, cupy.ndarray
-
-    def run(x):
-        values, indices = new(shape, dtype), new(shape, np.int64)
-        launch(x, values, indices, load=word)
-        return values, indices
-
-    values, indices = run(x)
-    if remember is not None and remember[0] is x:  # no conversion, move or copy was made
-        _api._remember(x, remember[1], run, remember[2])
-    if last:
-        return values, indices
-    return cupy.moveaxis(values, -1, ax), cupy.moveaxis(indices, -1, ax)

@@ -21,7 +21,7 @@ def test_matches_scipy_on_any_view(xp, case):
     y = cusoftmax.softmax(x, axis=axis)
     assert type(y) is type(x)
     assert y.shape == x.shape
-    dtype = cusoftmax._api.result_dtype(x.dtype)
+    dtype = cusoftmax._args.result_dtype(x.dtype)
     assert_softmax(y, x, axis, dtype)
     assert_same_bits(x, before)  # input never written
 
@@ -336,7 +336,7 @@ def test_host_pieces_agree_with_one_pass(monkeypatch, dtype, layout):
     cut = len(_host._row_pieces(np.empty_like(x, np.float32), (axis,)))
     monkeypatch.setattr(_host, "PIECE_BYTES", 2**40)
     whole = cusoftmax.softmax(x, axis=axis)
-    assert_softmax(pieces, x, axis, cusoftmax._api.result_dtype(x.dtype))
+    assert_softmax(pieces, x, axis, cusoftmax._args.result_dtype(x.dtype))
     if layout == "axis 0":
         np.testing.assert_allclose(pieces.astype(np.float64), whole.astype(np.float64),
                                    rtol=16 * float(ml_dtypes.finfo(pieces.dtype).eps), atol=0)

@@ -577,20 +577,20 @@ def test_name_expressions_take_the_load_and_epilogue():
 
 
 def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
-    """The call-signature cache of _api plans again under another tuning."""
-    from cusoftmax import _api
+    """The call-signature cache of _engine plans again under another tuning."""
+    from cusoftmax import _engine
 
     monkeypatch.setattr(d, "device_limits", lambda device_id: H200)
     residency = H200.sm_count * (2048 // t.warp_block)
     args = ((2**30, 32), (32, 1), (32, 1), (1,), 2, (0, 0), 0, None)
-    _api._plan.cache_clear()
+    _engine._plan.cache_clear()
     try:
-        assert _api._plan(*args, t, "softmax")[1].grid == residency * t.warp_waves
-        assert _api._plan(*args, dataclasses.replace(t, warp_waves=3), "softmax")[1].grid == residency * 3
-        logged = _api._plan(*args, t, "log_softmax")[1]
+        assert _engine._plan(*args, t, "softmax")[1].grid == residency * t.warp_waves
+        assert _engine._plan(*args, dataclasses.replace(t, warp_waves=3), "softmax")[1].grid == residency * 3
+        logged = _engine._plan(*args, t, "log_softmax")[1]
         assert logged.ops == ("Plain", "LogSoftmax") and logged.grid == residency * t.warp_waves
     finally:
-        _api._plan.cache_clear()
+        _engine._plan.cache_clear()
 
 
 def test_log_softmax_takes_softmax_plans_with_its_epilogue():

@@ -12,7 +12,7 @@ from numpy.testing import assert_array_equal
 
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE, violations
-from cusoftmax._api import result_dtype
+from cusoftmax._args import result_dtype
 from cusoftmax._composed import compute_types
 from cusoftmax._layout import normalize_axes
 from _support import FLOAT_DTYPES, assert_same_bits, build, make_values, to_host, views

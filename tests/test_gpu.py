@@ -116,11 +116,11 @@ def test_blocks_that_loop_over_lines(method, shape, axis, dtype):
 
     if method != "block" and not limits().clusters:
         pytest.skip("needs thread-block clusters")
-    from cusoftmax import _api, _kernels
+    from cusoftmax import _engine, _kernels
 
     x = cupy.asarray(make_values(np.random.default_rng(9), shape, np.dtype(dtype)))
-    strides = _api._elem_strides(x)
-    layout, plan = _api._plan(x.shape, strides, strides, normalize_axes(axis, x.ndim), x.itemsize,
+    strides = _engine._elem_strides(x)
+    layout, plan = _engine._plan(x.shape, strides, strides, normalize_axes(axis, x.ndim), x.itemsize,
                               (0, 0), x.device.id, method, TUNING, "softmax")
     plan = dataclasses.replace(plan, grid=48 // plan.cluster * plan.cluster)
     lines = plan.lines if method == "slab" else shape[0]
@@ -498,15 +498,15 @@ def test_a_tuning_variant_plans_and_runs_its_own():
     the grid), the fast path included."""
     import dataclasses
 
-    from cusoftmax import _api
+    from cusoftmax import _engine
 
     x = cupy.asarray(make_values(np.random.default_rng(14), (70001, 40), np.dtype(np.float32)))
     y = cusoftmax.softmax(x)
-    strides = _api._elem_strides(x)
+    strides = _engine._elem_strides(x)
     variant = dataclasses.replace(TUNING, registers_float32_waves=1)  # float32 rows of 16-byte packs
     signature = (x.shape, strides, strides, (1,), 4, (0, 0), x.device.id, None)
-    assert (_api._plan(*signature, variant, "softmax")[1].grid
-            < _api._plan(*signature, TUNING, "softmax")[1].grid)
+    assert (_engine._plan(*signature, variant, "softmax")[1].grid
+            < _engine._plan(*signature, TUNING, "softmax")[1].grid)
     with planning.use(variant):
         assert_same_bits(cusoftmax.softmax(x), y)
         assert_same_bits(cusoftmax.softmax(x), y)
@@ -732,12 +732,12 @@ def test_logsumexp_of_a_1e8_row_in_float32():
 
 def test_fast_path_keeps_the_operations_apart():
     """softmax and log_softmax of arrays alike take remembered launches keyed by the operation."""
-    from cusoftmax import _api
+    from cusoftmax import _engine
 
     x = cupy.asarray(make_values(np.random.default_rng(8), (64, 300), np.dtype(np.float32)))
     first = [cusoftmax.softmax(x), cusoftmax.log_softmax(x)]
-    assert _api._fast_key(x, -1, "softmax") in _api._fast
-    assert _api._fast_key(x, -1, "log_softmax") in _api._fast
+    assert _engine._fast_key(x, -1, "softmax") in _engine._fast
+    assert _engine._fast_key(x, -1, "log_softmax") in _engine._fast
     again = [cusoftmax.log_softmax(x), cusoftmax.softmax(x)]
     assert_same_bits(again[0], first[1])
     assert_same_bits(again[1], first[0])
@@ -826,7 +826,7 @@ def test_vjp_columns_of_a_strided_axis(shape, axis, dtype, log):
     """vjp_columns (a strided reduced axis, no transposing copy): strips with a short last pack
     and strip, many chunks and groups, a chunk of a few steps, two reduced axes that collapse to
     one; the same bits on every call, and for the transposed views (their own strides)."""
-    from cusoftmax import _api
+    from cusoftmax import _args, _engine
     from cusoftmax._layout import collapse
 
     rng = np.random.default_rng(sum(shape))
@@ -834,8 +834,8 @@ def test_vjp_columns_of_a_strided_axis(shape, axis, dtype, log):
     y = cupy.asarray(scipy.special.log_softmax(x, axis=axis) if log
                      else scipy.special.softmax(x, axis=axis)).astype(dtype)
     dy = cupy.asarray(make_values(rng, shape, np.dtype(dtype)))
-    c = _api.prepare(y, axis, None, None, "softmax_vjp")
-    layout = collapse(y.shape, _api._elem_strides(y), _api._elem_strides(y), c.axes)
+    c = _args.prepare(y, axis, None, None, "softmax_vjp")
+    layout = collapse(y.shape, _engine._elem_strides(y), _engine._elem_strides(y), c.axes)
     plan = planning.vjp_plan(layout, y.dtype.itemsize, (0, 0, 0), planning.device_limits(y.device.id))
     assert plan.kernel == "vjp_columns"
     fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
@@ -848,10 +848,10 @@ def test_vjp_columns_of_a_strided_axis(shape, axis, dtype, log):
 
 @pytest.mark.parametrize("log", [False, True])
 def test_vjp_fast_path_serves_only_calls_like_the_remembered(log):
-    """A backward pass on C-contiguous y and dy of y's dtype is remembered (_api._fast) and
+    """A backward pass on C-contiguous y and dy of y's dtype is remembered (_engine._fast) and
     serves later calls like it with the same bits; dy of other strides or dtype, another axis,
     or a wrong shape take the general path (its results, its errors)."""
-    from cusoftmax import _api
+    from cusoftmax import _engine
 
     rng = np.random.default_rng(5)
     x = make_values(rng, (64, 300), np.dtype(np.float32))
@@ -861,7 +861,7 @@ def test_vjp_fast_path_serves_only_calls_like_the_remembered(log):
     fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
     op = "log_softmax_vjp" if log else "softmax_vjp"
     first = fn(y, dy)
-    assert _api._vjp_key(y, dy, -1, op) in _api._fast
+    assert _engine._vjp_key(y, dy, -1, op) in _engine._fast
     assert_vjp(first, y, dy, -1, log)
     assert_same_bits(fn(y, dy), first)
     assert_same_bits(fn(y, cupy.asfortranarray(dy)), first)  # other strides: rows copied
@@ -877,13 +877,13 @@ def test_vjp_fast_path_serves_only_calls_like_the_remembered(log):
 
 def test_slice_states_of_the_reduce_kernels():
     """slice_state: (m, c, s) a slice, m the max, c the count at it, s the other terms' sum."""
-    from cusoftmax import _api
+    from cusoftmax import _args, _engine
 
     x = make_values(np.random.default_rng(9), (300, 5000), np.dtype(np.float32))
     x[:, 7] = x.max(axis=1)  # each max twice
     x[3] = -np.inf
     for axis in (1, 0):
-        st = to_host(_api.reduced(_api.prepare(cupy.asarray(x), axis, None, None, "logsumexp"),
+        st = to_host(_engine.reduced(_args.prepare(cupy.asarray(x), axis, None, None, "logsumexp"),
                                   "slice_state"))
         x64 = x.astype(np.float64)
         m = x64.max(axis=axis)
@@ -905,7 +905,7 @@ def test_slice_states_of_the_reduce_kernels():
 def test_rows_normalised_from_their_state(op, dtype, shape, step):
     """x's rows (at `step` elements apart) from each row's state, as composed.state gives it:
     within the bounds against SciPy, special rows included; a positive scale by the load."""
-    from cusoftmax import _api
+    from cusoftmax import _engine
     from cusoftmax import _composed as C
 
     if op == "log_softmax" and dtype == np.float64:
@@ -925,7 +925,7 @@ def test_rows_normalised_from_their_state(op, dtype, shape, step):
         st = C.state(cupy, x, (x.ndim - 1,), scale=scale)
         k = C.constant(cupy, op, st)
         mk = cupy.stack((st.m.reshape(-1), k.reshape(-1)), axis=-1)
-        y = _api.normalized(x, mk, op, scale)
+        y = _engine.normalized(x, mk, op, scale)
         assert y is not None and y.shape == x.shape and y.dtype == x.dtype
         compute = np.float64 if dtype == np.float64 else np.float32
         v = to_host(x).astype(compute) * (compute(1) if scale is None else compute(scale))

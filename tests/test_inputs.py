@@ -20,7 +20,7 @@ def test_zero_d_inputs_and_scalars(name, x):
     got = getattr(cusoftmax, name)(x)
     want = getattr(scipy.special, name)(np.asarray(x, np.float64))
     assert np.ndim(got) == 0 and float(got) == float(want)
-    assert np.asarray(got).dtype == cusoftmax._api.result_dtype(np.asarray(x).dtype)
+    assert np.asarray(got).dtype == cusoftmax._args.result_dtype(np.asarray(x).dtype)
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])

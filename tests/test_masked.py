@@ -12,7 +12,7 @@ import pytest
 import scipy.special
 
 import cusoftmax
-from cusoftmax import _api, planning
+from cusoftmax import _args, _engine, planning
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, violations
 from _support import BF16, assert_same_bits, requires_gpu, to_host
 
@@ -23,13 +23,13 @@ def test_mask_rows_reads_broadcast_masks():
 
     a = cupy.zeros((3, 1, 1, 5), dtype=bool)
     ptr = a.data.ptr
-    assert _api.mask_rows(a, (3, 4, 2, 5)) == (ptr, 8, 5, 1)
-    assert _api.mask_rows(a[0, 0, 0], (3, 4, 2, 5)) == (ptr, 24, 0, 1)
+    assert _engine.mask_rows(a, (3, 4, 2, 5)) == (ptr, 8, 5, 1)
+    assert _engine.mask_rows(a[0, 0, 0], (3, 4, 2, 5)) == (ptr, 24, 0, 1)
     full = cupy.zeros((3, 4, 5), dtype=bool)
-    assert _api.mask_rows(full, (3, 4, 5)) == (full.data.ptr, 1, 5, 1)
-    assert _api.mask_rows(cupy.zeros((3, 1, 5), dtype=bool)[:, :, ::-1], (3, 4, 5))[3] == -1
-    assert _api.mask_rows(cupy.zeros((3, 1, 2, 5), dtype=bool), (3, 4, 2, 5)) is None  # varies after a broadcast axis
-    assert _api.mask_rows(cupy.zeros((1, 4, 1), dtype=bool), (3, 4, 5)) is None  # one a row, broadcast over columns
+    assert _engine.mask_rows(full, (3, 4, 5)) == (full.data.ptr, 1, 5, 1)
+    assert _engine.mask_rows(cupy.zeros((3, 1, 5), dtype=bool)[:, :, ::-1], (3, 4, 5))[3] == -1
+    assert _engine.mask_rows(cupy.zeros((3, 1, 2, 5), dtype=bool), (3, 4, 2, 5)) is None  # varies after a broadcast axis
+    assert _engine.mask_rows(cupy.zeros((1, 4, 1), dtype=bool), (3, 4, 5)) is None  # one a row, broadcast over columns
 
 
 def _check(y, x, where, op, dtype):
@@ -76,8 +76,8 @@ def _masks_in_the_kernels(op, dtype, n, tuning):
     a[1, 2, :] = -np.inf
     a[2, 3, n // 3] = np.nan
     x = cupy.asarray(a)
-    strides = _api._elem_strides(x)
-    kernel = _api._plan(x.shape, strides, strides, (2,), x.itemsize, (0, 0), x.device.id, None,
+    strides = _engine._elem_strides(x)
+    kernel = _engine._plan(x.shape, strides, strides, (2,), x.itemsize, (0, 0), x.device.id, None,
                         planning.active(), op, "Masked")[1].kernel
     staged = tuning == "staged" or n > planning.TUNING.masked_registers_max_cols
     assert kernel in (("block", "cluster") if staged else ("registers", "short_spans")), kernel
@@ -90,8 +90,8 @@ def _masks_in_the_kernels(op, dtype, n, tuning):
     for name, mask in masks.items():
         m = cupy.asarray(np.ascontiguousarray(mask)) if name != "unaligned" else cupy.asarray(
             np.ascontiguousarray(np.pad(mask, ((0, 0), (0, 0), (1, 0)))))[..., 1:]
-        c = _api.prepare(x, -1, None, None, op)
-        y = _api.masked(c, m, op)
+        c = _args.prepare(x, -1, None, None, op)
+        y = _engine.masked(c, m, op)
         assert y is not None, name  # the kernels took it
         _check(y, x, mask, op, dtype)
         public = getattr(cusoftmax, op)(x, where=m)
@@ -114,8 +114,8 @@ def test_masks_the_kernels_do_not_take_run_as_array_operations():
              (cupy.asarray(rng.standard_normal((2, 2**20)).astype(np.float32)), rng.random(2**20) < 0.5, -1)]
     for xv, mask, axis in cases:
         where = cupy.asarray(mask)
-        c = _api.prepare(xv, axis, None, None, "softmax")
-        assert _api.masked(c, where, "softmax") is None
+        c = _args.prepare(xv, axis, None, None, "softmax")
+        assert _engine.masked(c, where, "softmax") is None
         y = cusoftmax.softmax(xv, axis=axis, where=where)
         w = np.broadcast_to(mask, xv.shape)
         with np.errstate(all="ignore"):

@@ -11,7 +11,7 @@ import pytest
 import scipy.special
 
 import cusoftmax
-from cusoftmax import _api, planning
+from cusoftmax import _engine, planning
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, violations
 from _support import BF16, assert_same_bits, requires_gpu, to_host
 
@@ -29,7 +29,7 @@ S = 0.3712  # not a power of two: the product rounds
     (np.nan, np.float32, False), (True, np.float32, False), (np.ones(1), np.float32, False),
     (10**400, np.float64, False), (2, np.float64, True)])
 def test_which_scales_the_kernels_take(scale, dtype, fused):
-    got = _api.fused_scale(scale, np.dtype(dtype))
+    got = _engine.fused_scale(scale, np.dtype(dtype))
     assert (got is not None) == fused
     if fused:
         assert got == float(scale)
@@ -43,7 +43,7 @@ def test_the_bounds_are_float32s_rounding():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             v = np.float32(scale)
-        assert (_api.fused_scale(scale, np.dtype(np.float16)) is not None) == (0 < v < np.inf)
+        assert (_engine.fused_scale(scale, np.dtype(np.float16)) is not None) == (0 < v < np.inf)
 
 
 def test_the_load_word_is_the_scales_bits():

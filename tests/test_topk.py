@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE
-from cusoftmax._api import result_dtype
+from cusoftmax._args import result_dtype
 from _support import (BF16, FLOAT_DTYPES, INT_DTYPES, assert_same_bits, build, make_values,
                       requires_gpu, to_host, views)
 from test_family import _on, _values, check, extras, ref_log_softmax, ref_softmax
@@ -414,11 +414,11 @@ def test_topk_fast_path_gives_the_first_calls_result():
     a call that differs in k, a flag or the type of k misses it."""
     import cupy
 
-    from cusoftmax import _api
+    from cusoftmax import _engine
 
     x = cupy.asarray(np.random.default_rng(2).standard_normal((6, 300)).astype(np.float32))
     first = cusoftmax.softmax_topk(x, 5, renormalize=True)
-    assert _api._fast_key(x, -1, ("softmax_topk", 5, int, False, True)) in _api._fast
+    assert _engine._fast_key(x, -1, ("softmax_topk", 5, int, False, True)) in _engine._fast
     again = cusoftmax.softmax_topk(x, 5, renormalize=True)
     assert again[0] is not first[0]
     assert_same_bits(again[0], to_host(first[0]))

@@ -36,7 +36,7 @@ def host_breakdown(op="softmax"):
     installed."""
     import time
 
-    from cusoftmax import _api
+    from cusoftmax import _engine
 
     x = cupy.asarray(np.random.default_rng(0).standard_normal((4, 256), dtype=np.float32))
     call = getattr(cusoftmax, op)
@@ -46,18 +46,18 @@ def host_breakdown(op="softmax"):
               "getDevice": cupy.cuda.runtime.getDevice}
     if op == "softmax":
         call(x)
-        run = _api._fast[_api._fast_key(x, -1)][1]
+        run = _engine._fast[_engine._fast_key(x, -1)][1]
         y = cupy.empty_like(x)
         pieces.update({op: lambda: call(x), "launch closure": lambda: run(x, y),
-                       "key": lambda: _api._fast_key(x, -1)})
+                       "key": lambda: _engine._fast_key(x, -1)})
     else:
         y, dy = getattr(cusoftmax, op[:-4])(x), x * 0.5  # the forward's output, a gradient
         call(y, dy)
-        key = _api._vjp_key(y, dy, -1, op)
-        run, dx = _api._fast[key][1], cupy.empty_like(y)
-        pieces.update({op: lambda: call(y, dy), "vjp_fast": lambda: _api.vjp_fast(y, dy, -1, op),
+        key = _engine._vjp_key(y, dy, -1, op)
+        run, dx = _engine._fast[key][1], cupy.empty_like(y)
+        pieces.update({op: lambda: call(y, dy), "vjp_fast": lambda: _engine.vjp_fast(y, dy, -1, op),
                        "launch closure": lambda: run(y, dy, dx),
-                       "key": lambda: _api._vjp_key(y, dy, -1, op)})
+                       "key": lambda: _engine._vjp_key(y, dy, -1, op)})
     try:
         import torch
 

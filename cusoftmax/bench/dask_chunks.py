@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from . import _progress, format_table
+from .common import _progress, format_table
 
 ROWS = 64  # rows of the array; --dask-gib 4 makes rows of 2**24: 512 MiB chunks at 8, 256 at 16
 OPS = ("softmax", "logsumexp", "log_softmax")

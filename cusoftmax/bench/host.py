@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _dtype, _progress, format_table
+from .common import _dtype, _progress, format_table
 
 DTYPES = ["float64", "float32", "float16", "bfloat16"]
 WIDTHS = [1000, 100000]  # rows of these lengths, --total elements a tensor (default 2**22)

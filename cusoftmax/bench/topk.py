@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from . import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
+from .common import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
                     host_rounds)
 
 # (label, rows, n, k, log, renormalize)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cupy  # noqa: E402
 
-from cusoftmax import _api, _kernels  # noqa: E402
+from cusoftmax import _engine, _kernels  # noqa: E402
 from cusoftmax.bench import _dtype  # noqa: E402
 
 CASES = ["float32:2097152:32", "float32:262144:256", "float32:4096:16384", "bfloat16:2097152:32",
@@ -25,7 +25,7 @@ CASES = ["float32:2097152:32", "float32:262144:256", "float32:4096:16384", "bflo
 
 def runner(x, y, axis, op, load):
     axes = (axis % x.ndim,)
-    return _api._runner(x, y, axes, None, op, load)
+    return _engine._runner(x, y, axes, None, op, load)
 
 
 def main(argv):

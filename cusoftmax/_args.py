@@ -1,0 +1,304 @@
+"""The argument rules of every function, written once: dtypes, axes and the prepared call,
+`out`, `where`, `scale`, `b`, `dy`, `k`, `method`. Every check runs before anything is computed
+or written."""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.exceptions import AxisError
+
+from . import _arrays
+from ._layout import normalize_axes
+from .planning import METHODS
+
+# Float types kept by the result, by dtype name (ml_dtypes is not imported for them: an input
+# of its types comes from a caller that imported it). The kernels take GPU_FLOATS; the host
+# also computes longdouble (in longdouble, where it is wider than float64) and ml_dtypes' 8-bit
+# floats (in float32, one rounding at the store, as the half types).
+GPU_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+LONGDOUBLE = np.dtype(np.longdouble)
+
+
+FLOAT8 = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+          "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
+
+
+HOST_FLOATS = FLOAT8 + ((LONGDOUBLE.name,) if LONGDOUBLE.name not in GPU_FLOATS else ())
+
+
+def result_dtype(dtype, on_gpu: bool = False, op: str = "softmax") -> np.dtype:
+    """The result's dtype, in native byte order (as NumPy's ufuncs make theirs): floats keep
+    theirs, integers promote as NumPy's ``exp`` does. ``on_gpu``: refuse the host-only types;
+    ``op`` names the function in messages."""
+    try:
+        return _RESULT_DTYPES[dtype, on_gpu]
+    except (KeyError, TypeError):  # not seen yet, or not a hashable dtype
+        pass
+    got = _result_dtype(np.dtype(dtype), on_gpu, op)
+    _RESULT_DTYPES[np.dtype(dtype), on_gpu] = got
+    return got
+
+
+_RESULT_DTYPES: dict = {}  # (dtype, on_gpu) -> result dtype, for the types taken
+
+
+def _result_dtype(dtype: np.dtype, on_gpu: bool, op: str) -> np.dtype:
+    if dtype.name in GPU_FLOATS:
+        return dtype.newbyteorder("=")
+    if dtype.name in HOST_FLOATS:
+        if on_gpu:
+            raise TypeError(f"{op}: {dtype} is computed on the host only: pass a NumPy array")
+        return dtype.newbyteorder("=")
+    if dtype.kind in "iu":
+        return np.result_type(dtype, np.float16).newbyteorder("=")
+    if dtype.name == "float8_e8m0fnu":  # powers of two only
+        raise TypeError(f"{op}: {dtype} holds no zero (the result of -inf entries and of tiny "
+                        f"ones)")
+    raise TypeError(f"{op} takes real floating-point or integer arrays, not {dtype}")
+
+
+def host_method(method) -> None:
+    """`method` names a GPU kernel: refused for an input computed on the host."""
+    if method is not None:
+        raise ValueError("method= chooses a GPU kernel; this input is computed on the host")
+
+
+class Call(NamedTuple):
+    """A call's arguments after every rule: what the computation needs and nothing else."""
+
+    src: _arrays.Adapted  # the input as adapted, with its framework's wrapper for the result
+    array: Any  # the input as a cupy.ndarray (GPU) or a numpy.ndarray (host)
+    axes: tuple[int, ...]  # the reduced axes, sorted and non-negative
+    dtype: np.dtype  # the result's dtype
+    out: Any  # the array behind `out` (same kind as `array`), or None
+    op: str = "softmax"  # the function called, for messages
+    xp: Any = np  # the array module of `array`: numpy or cupy
+    device: Any = contextlib.nullcontext()  # entered around GPU work: the input's device
+    sliced: tuple[int, ...] = ()  # the shape of `array` with the reduced axes of length 1
+    where: Any = None  # the checked operands: the mask in its own shape (never expanded),
+    scale: Any = None  # the scale (a scalar as given, or an array), the weights `b`,
+    b: Any = None
+    dy: Any = None  # dy in the result's dtype
+
+    @property
+    def input_name(self) -> str:
+        """The name of the function's first argument (``a``, ``y`` or ``x``)."""
+        return INPUT_NAMES.get(self.op, "x")
+
+
+INPUT_NAMES = {"logsumexp": "a", "softmax_vjp": "y", "log_softmax_vjp": "y"}
+
+
+def prepare(x, axis, out, method, op: str, empty_ok=False, *, where=None, scale=None, b=None,
+            dy=None) -> Call:
+    """The argument rules of the functions that reduce slices of `x` (`op` names the function
+    in messages), with their operands: every check runs here, before anything is computed or
+    written. With `b`, `x` is first broadcast with it (logsumexp, as SciPy); ``empty_ok``: a
+    reduced axis of length 0 is allowed (an empty sum)."""
+    if op == "softmax_topk":
+        int_axis(axis)
+    if method is not None and method not in METHODS:
+        raise ValueError(f"method must be None or one of {', '.join(map(repr, METHODS))}, "
+                         f"got {method!r}")
+    shape = with_weights(x, b)
+    src = _arrays.adapt(x)
+    arr = src.array
+    dtype = result_dtype(arr.dtype, src.on_gpu, op)
+    xp = _arrays.cupy_or_none() if src.on_gpu else np
+    if shape is not None and arr.shape != shape:
+        arr = xp.broadcast_to(arr, shape)
+    axes = normalize_axes(axis, arr.ndim)
+    if not empty_ok and any(arr.shape[a] == 0 for a in axes):
+        raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")
+    c = Call(src, arr, axes, dtype, check_out(out, src, arr.shape, dtype), op, xp,
+             arr.device if src.on_gpu else contextlib.nullcontext(),
+             tuple(1 if d in axes else n for d, n in enumerate(arr.shape)))
+    if not src.on_gpu:
+        host_method(method)
+    if where is None and scale is None and b is None and dy is None:
+        return c
+    return c._replace(where=checked_where(where, c), scale=checked_scale(scale, c),
+                      b=checked_weights(b, c), dy=None if dy is None else checked_dy(dy, c))
+
+
+def check_out(out, src, shape, dtype):
+    """The array behind `out` (CuPy or NumPy), after every check, or None."""
+    if out is None:
+        return None
+    if src.framework in ("jax", "jaxlib"):
+        raise TypeError("out= cannot be used with JAX arrays: they are immutable")
+    try:
+        dst = _arrays.adapt(out, arrays_only=True)
+    except TypeError as e:
+        raise TypeError(f"out must be an array of the same kind as x: {e}") from None
+    if dst.on_gpu != src.on_gpu or dst.framework != src.framework:
+        raise TypeError(
+            f"out must be an array of the same kind as x ({src.framework}), "
+            f"got {type(out).__name__}"
+        )
+    arr = dst.array
+    if arr.shape != tuple(shape):
+        raise ValueError(f"out has shape {arr.shape}, the result has shape {tuple(shape)}")
+    if arr.dtype.newbyteorder("=") != dtype:  # either byte order: the store swaps the bytes
+        raise TypeError(f"out has dtype {arr.dtype}, the result has dtype {dtype}")
+    if src.on_gpu and arr.device.id != src.array.device.id:
+        raise ValueError(f"out is on device {arr.device.id}, x on device {src.array.device.id}")
+    if not src.on_gpu and not arr.flags.writeable:
+        raise ValueError("out is read-only")
+    return arr
+
+
+def _operand(obj, c: Call, name: str):
+    """`obj` as an array of the call's kind: a host array (or scalar, or list) goes to the GPU
+    with a GPU `x`; a GPU array with a host `x` is a TypeError."""
+    a = _arrays.adapt(obj)
+    if a.on_gpu and not c.src.on_gpu:
+        raise TypeError(f"{name} is a GPU array ({a.framework}) and x a host array")
+    if c.src.on_gpu and not a.on_gpu:
+        with c.array.device:
+            return c.xp.asarray(a.array)
+    return a.array
+
+
+def _broadcasts(a, shape, name: str, what: str):
+    try:
+        ok = np.broadcast_shapes(a.shape, shape) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {a.shape} does not broadcast to {what} {tuple(shape)}")
+
+
+def _real(a, name: str, bool_ok=False):
+    """Real numbers: the dtypes softmax takes (bool too where `bool_ok`)."""
+    if a.dtype == np.bool_ and bool_ok:
+        return
+    try:
+        result_dtype(a.dtype)
+    except TypeError:
+        raise TypeError(f"{name} must hold real numbers, not {a.dtype}") from None
+
+
+def checked_where(where, c: Call):
+    """The mask in its own shape (a broadcast mask is never expanded)."""
+    if where is None:
+        return None
+    w = _operand(where, c, "where")
+    if w.dtype != np.bool_:
+        raise TypeError(f"where must be a bool array, not {w.dtype}")
+    _broadcasts(w, c.array.shape, "where", f"{c.input_name}'s shape")
+    return w
+
+
+def checked_scale(scale, c: Call):
+    """A Python or NumPy scalar as it is; an array, one value a slice: broadcastable to the
+    shape of `x` with the reduced axes of length 1."""
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, np.bool_)):
+        raise TypeError("scale must be a real number, not bool")
+    if isinstance(scale, (int, float, np.integer, np.floating)):
+        return scale
+    s = _operand(scale, c, "scale")
+    _real(s, "scale")
+    _broadcasts(s, c.sliced, "scale", "one value a slice: the shape")
+    return s
+
+
+def checked_weights(b, c: Call):
+    if b is None:
+        return None
+    w = _operand(b, c, "b")
+    _real(w, "b", bool_ok=True)
+    _broadcasts(w, c.array.shape, "b", "a's shape")
+    return w
+
+
+def checked_dy(dy, c: Call):
+    """`dy` of `y`'s shape and kind, in the result's dtype."""
+    g = _operand(dy, c, "dy")
+    _real(g, "dy")
+    if g.shape != c.array.shape:
+        raise ValueError(f"dy has shape {g.shape}, y has shape {c.array.shape}")
+    return g.astype(c.dtype, copy=False)
+
+
+def no_method(method, c: Call, op: str):
+    if method is None:
+        return
+    if not c.src.on_gpu:
+        host_method(method)
+    raise ValueError(f"method= chooses a fused kernel; none computes {op} yet (it runs as "
+                     f"array operations on the GPU)")
+
+
+def with_weights(a, b):
+    """The shape `a` and `b` broadcast to together (as SciPy's logsumexp), or None without `b`."""
+    if b is None:
+        return None
+    try:
+        return np.broadcast_shapes(np.shape(a), np.shape(b))
+    except ValueError:
+        raise ValueError(f"b of shape {np.shape(b)} does not broadcast with a's shape "
+                         f"{np.shape(a)}") from None
+
+
+def log_sum_out(out, c: Call, shape, return_sign):
+    """The arrays behind logsumexp's `out` (one, or two with `return_sign`), checked."""
+    if out is None:
+        return None
+    outs = out if return_sign else (out,)
+    if not isinstance(outs, tuple) or len(outs) != 1 + return_sign:
+        raise TypeError("out must be an array, or a tuple of two arrays with return_sign=True")
+    return tuple(check_out(o, c.src, shape, c.dtype) for o in outs)
+
+
+def count_k(k, n: int) -> int:
+    """`k` as a Python int in ``[1, n]``."""
+    if isinstance(k, (bool, np.bool_)):
+        raise TypeError(f"k must be an integer, not bool ({k!r})")
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f"k must be an integer, not {type(k).__name__} ({k!r})") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the axis length {n}, got {k}")
+    return k
+
+
+def int_axis(axis) -> None:
+    """softmax_topk's `axis`: the k largest are taken along one axis, an int."""
+    if axis is None or isinstance(axis, tuple):
+        raise TypeError(f"softmax_topk takes one axis, an int; got {axis!r}")
+
+
+def topk_out(axis, k, out, c: Call):
+    """softmax_topk's (axis, k, result shape, the arrays behind `out` or None), checked."""
+    ax = one_axis(axis, c)
+    k = count_k(k, c.array.shape[ax])
+    shape = c.array.shape[:ax] + (k,) + c.array.shape[ax + 1:]
+    return ax, k, shape, pair_out(out, c, shape)
+
+
+def one_axis(axis, c: Call) -> int:
+    """The one reduced axis (non-negative); a 0-d input is an AxisError (it has no axis to hold
+    k entries)."""
+    if not c.axes:
+        raise AxisError(operator.index(axis), 0, "softmax_topk needs an axis: x is 0-d")
+    return c.axes[0]
+
+
+def pair_out(out, c: Call, shape):
+    """The arrays behind `out` = (values, indices), each checked before anything is written."""
+    if out is None:
+        return None
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError("out must be a tuple of two arrays (values, indices)")
+    return (check_out(out[0], c.src, shape, c.dtype),
+            check_out(out[1], c.src, shape, np.dtype(np.int64)))
