@@ -12,7 +12,10 @@ from . import _family, _topk
 def is_dask(*objs) -> bool:
     """Whether any of ``objs`` is a Dask collection (by its type's module: Dask itself is
     imported only when one is passed)."""
-    return any(o is not None and type(o).__module__.startswith("dask.") for o in objs)
+    for o in objs:
+        if o is not None and type(o).__module__.startswith("dask."):
+            return True
+    return False
 
 
 def _dask():

@@ -123,8 +123,8 @@ def prepare(x, axis, out, method, op: str, empty_ok=False, *, where=None, scale=
         host_method(method)
     if where is None and scale is None and b is None and dy is None:
         return c
-    return c._replace(where=checked_where(where, c), scale=checked_scale(scale, c),
-                      b=checked_weights(b, c), dy=None if dy is None else checked_dy(dy, c))
+    return Call(*c[:9], checked_where(where, c), checked_scale(scale, c), checked_weights(b, c),
+                None if dy is None else checked_dy(dy, c))
 
 
 def check_out(out, src, shape, dtype):

@@ -234,7 +234,7 @@ def vjp_gpu(c: "Call", g, op: str, remember=None):
         if remember is not None:
             y0, dy0, axis = remember
             if _as_given(y0, yt) and _as_given(dy0, gt):
-                remember(y0, axis, run, op, dy=dy0)
+                keep_run(y0, axis, run, op, dy=dy0)
         return cupy.moveaxis(dxt, last, axes) if moved else dxt
 
 
@@ -283,7 +283,7 @@ def _fast_key(x, axis, op="softmax"):
     return (x.shape, x.strides, x.dtype, axis, kind, mem.ptr & 15, mem.device_id, _device(), op)
 
 
-def remember(x, axis, run, op, dy=None) -> None:
+def keep_run(x, axis, run, op, dy=None) -> None:
     """Keep ``run`` for later calls like this one (a C-contiguous input on the current device
     gives a C-contiguous result, as cupy.empty makes it); a backward pass's keyed with its `dy`
     too (_vjp_key)."""
@@ -410,7 +410,7 @@ def _gpu(x, axes, out, dtype, method, remember=None, op="softmax", scale=None):
         else:
             run(x, y, load=word)
             if remember is not None and remember[0] is x and method is None:
-                remember(x, remember[1], run, _fast_op(op, scale))
+                keep_run(x, remember[1], run, _fast_op(op, scale))
         if out is not None and y is not out:
             out[...] = y
         return y
@@ -472,7 +472,7 @@ def topk_fused(c: Call, ax: int, k: int, log: bool, renormalize: bool, remember=
 
     values, indices = run(x)
     if remember is not None and remember[0] is x:  # no conversion, move or copy was made
-        remember(x, remember[1], run, remember[2])
+        keep_run(x, remember[1], run, remember[2])
     if last:
         return values, indices
     return cupy.moveaxis(values, -1, ax), cupy.moveaxis(indices, -1, ax)

@@ -143,7 +143,7 @@ def forward(op: str, c: Call, out, where, scale, method, remember=None):
         if y is not None:
             return out if out is not None else y
     _args.no_method(method, c, f"{op} of {c.dtype}" if where is None and scale is None
-               else f"{op} with where= or an array, zero, negative or non-finite scale=")
+                    else f"{op} with where= or an array, zero, negative or non-finite scale=")
     xp = c.xp
     with c.device:
         x = c.array.astype(c.dtype, copy=False)
