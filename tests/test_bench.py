@@ -74,10 +74,31 @@ def test_host_bench_runs_every_op_and_writes_its_results(op, extra, tmp_path, ca
             bench.main(argv)
         return
     assert bench.main(argv) == 0
-    table = capsys.readouterr().out
-    assert f"host path of {op}" in table
-    rows = json.loads((tmp_path / f"host-{op}.json").read_text())
-    assert [(r["op"], r["shape"]) for r in rows] == [(op, "4x256"), (op, "4x64")]
+    assert "The host path (NumPy arrays)" in capsys.readouterr().out
+    (found,) = tmp_path.glob("*.table.json")
+    table = json.loads(found.read_text())
+    assert table["meta"]["op"] == op and table["meta"]["kind"] == "host"
+    assert [(r[0], r[2]) for r in table["lines"]] == [(op, "4x256"), (op, "4x64")]
+    page = tmp_path / "BENCHMARKS.md"
+    from cusoftmax.bench import report
+
+    assert report.main([tmp_path], page) == 0
+    text = page.read_text()
+    assert text.startswith("# Benchmarks") and f"## {op}" in text and "4x64" in text
+
+
+def test_report_orders_gpu_tables_first_in_the_family_order(tmp_path):
+    from cusoftmax.bench import report
+
+    for kind, op in (("host", "softmax"), ("gpu", "logsumexp"), ("gpu", "softmax")):
+        report.write_table(tmp_path, f"{kind}-{op}", {"kind": kind, "op": op, "device": kind,
+                                                       "date": "2026-12-04", "legend": "L"},
+                           ["a"], [["1"]])
+    heads = [line for line in report.render([tmp_path]).splitlines() if line.startswith("## ")]
+    assert heads == ["## softmax (gpu, 2026-12-04)", "## logsumexp (gpu, 2026-12-04)",
+                     "## softmax (host, 2026-12-04)"]
+    with pytest.raises(SystemExit, match="no"):
+        report.render([tmp_path / "empty"])
 
 
 def test_dask_mode_parses_and_needs_a_gpu():

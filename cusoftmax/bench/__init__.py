@@ -52,6 +52,7 @@ import numpy as np
 
 from .common import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
                      host_rounds)
+from .report import write_table
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
@@ -109,6 +110,8 @@ def _parse(argv):
     p.add_argument("--no-axis0", action="store_true", help="skip the axis-0 shapes")
     p.add_argument("--no-long", action="store_true", help="skip the single long rows")
     p.add_argument("--out", default="bench-results", help="folder for CSV, JSON, PNG")
+    p.add_argument("--report", nargs="+", metavar="DIR", default=None,
+                   help="write BENCHMARKS.md from the tables in these result folders")
     return p.parse_args(argv)
 
 
@@ -308,6 +311,10 @@ def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax", scale=None):
 
 def main(argv=None):
     args = _parse(argv)
+    if args.report:
+        from .report import main as report_main
+
+        return report_main(args.report)
     if args.host:
         from .host import main as host_main
 
@@ -456,6 +463,8 @@ def _report(rows, impls, overhead, device, out: Path, op="softmax"):
         w.writeheader()
         w.writerows(rows)
     (out / "table.md").write_text(f"{legend}\n\n{text}\n")
+    write_table(out, op, {"kind": "gpu", "op": op, "device": device, "date": meta["date"],
+                          "legend": legend}, head, lines)
     _plot(rows, impls, device, out / "bench.png")
 
 

@@ -9,7 +9,7 @@ an untimed one of its own, median of ``--repeat`` (default 7); the first case is
 from __future__ import annotations
 
 import csv
-import json
+import os
 import statistics
 import sys
 import time
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import _dtype, _progress, format_table
+from .report import write_table
 
 DTYPES = ["float64", "float32", "float16", "bfloat16"]
 WIDTHS = [1000, 100000]  # rows of these lengths, --total elements a tensor (default 2**22)
@@ -124,13 +125,15 @@ def main(args):
         rows.append([op, dt_name, f"{shape[0]}x{shape[1]}", str(axis), f"{t_ours:.4f}",
                      "n/a" if t_peer is None else f"{t_peer:.4f}",
                      "n/a" if t_peer is None else f"{t_peer / t_ours:.2f}"])
-    print(f"\nhost path of {op} against {peer_name}, NumPy {np.__version__}, "
-          f"{time.strftime('%Y-%m-%d')}; median of {repeat}")
-    print(format_table(head, rows))
+    variant = f"where={args.where}" if args.where else f"scale={args.scale}" if args.scale else ""
+    legend = (f"The host path (NumPy arrays) against {peer_name}, NumPy {np.__version__}, "
+              f"{os.cpu_count()} cores; median milliseconds a call of {repeat}; peer/ours > 1: "
+              f"ours faster.")
+    print(f"\n{legend}\n{format_table(head, rows)}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"host-{op}"
-    with open(f"{stem}.csv", "w", newline="") as f:
+    write_table(out, f"host-{op}" + (f"-{variant}" if variant else ""),
+                {"kind": "host", "op": op, "variant": variant, "device": "host CPU",
+                 "date": time.strftime("%Y-%m-%d"), "legend": legend}, head, rows)
+    with open(out / f"host-{op}.csv", "w", newline="") as f:
         csv.writer(f).writerows([head, *rows])
-    Path(f"{stem}.json").write_text(json.dumps([dict(zip(head, r)) for r in rows], indent=1))
     return 0
