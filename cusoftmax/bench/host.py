@@ -112,7 +112,7 @@ def main(args):
         sys.exit(f"--scale: the VJPs take no scale ({op})")
     peer_name = ("unmasked" if args.where else "unscaled") if (args.where or args.scale) else (
         "NumPy" if op.endswith("_vjp") else "argsort+SciPy" if op == "softmax_topk" else "SciPy")
-    head = ["op", "dtype", "shape", "axis", "ours ms", f"{peer_name} ms", "peer/ours"]
+    head = ["op", "peer", "dtype", "shape", "axis", "ours ms", "peer ms", "peer/ours"]
     rows = []
     todo = [("float32", SMALL, -1)] + list(cases(args))
     for dt_name, shape, axis in todo:
@@ -122,11 +122,11 @@ def main(args):
         ours, peer = _calls(op, x, axis, args, rng)
         loop = 200 if shape == SMALL else 1
         t_ours, t_peer = _median_ms(ours, peer, repeat, loop)
-        rows.append([op, dt_name, f"{shape[0]}x{shape[1]}", str(axis), f"{t_ours:.4f}",
+        rows.append([op, peer_name, dt_name, f"{shape[0]}x{shape[1]}", str(axis), f"{t_ours:.4f}",
                      "n/a" if t_peer is None else f"{t_peer:.4f}",
                      "n/a" if t_peer is None else f"{t_peer / t_ours:.2f}"])
     variant = f"where={args.where}" if args.where else f"scale={args.scale}" if args.scale else ""
-    legend = (f"The host path (NumPy arrays) against {peer_name}, NumPy {np.__version__}, "
+    legend = (f"The host path (NumPy arrays) against its peer, NumPy {np.__version__}, "
               f"{os.cpu_count()} cores; median milliseconds a call of {repeat}; peer/ours > 1: "
               f"ours faster.")
     print(f"\n{legend}\n{format_table(head, rows)}")

@@ -42,12 +42,20 @@ def render(folders) -> str:
     tables = [json.loads(p.read_text()) for f in folders for p in sorted(Path(f).glob("*.table.json"))]
     if not tables:
         raise SystemExit(f"no *.table.json under {', '.join(map(str, folders))}")
-    parts = [INTRO]
+    parts, host = [INTRO], []
     for t in sorted(tables, key=_order):
         meta = t["meta"]
+        if meta.get("kind") == "host":  # one table: the host's ops share their columns
+            host.append(t)
+            continue
         title = " ".join(v for v in (meta.get("op"), meta.get("variant")) if v)
         parts.append(f"## {title} ({meta['device']}, {meta['date']})\n\n{meta['legend']}\n\n"
                      f"{format_table(t['head'], t['lines'])}\n")
+    if host:
+        meta = host[0]["meta"]
+        lines = [line for t in host for line in t["lines"]]
+        parts.append(f"## The host path ({meta['device']}, {meta['date']})\n\n{meta['legend']}\n\n"
+                     f"{format_table(host[0]['head'], lines)}\n")
     return "\n".join(parts)
 
 
