@@ -86,33 +86,37 @@ def _split_axis(x, axes) -> bool:
             and not _rows(x, axes))
 
 
-def _steps(x, a):
-    """(index along axis a, index along the kept axes) pairs: STEPS of the axis, times blocks of
-    the kept axis innermost in memory sized to fill about PIECE_BYTES (all of it where one
-    step's slices are larger)."""
+def _steps(x, a, step):
+    """(index along the kept axes, [indices along axis a]) pairs: `step` elements of axis a at
+    a time, in order, times blocks of the kept axis innermost in memory sized to fill about
+    PIECE_BYTES (all of it where one step's slices are larger)."""
     kept = [d for d in range(x.ndim) if d != a and x.shape[d] > 1]
     k = min(kept, key=lambda d: abs(x.strides[d])) if kept else None
-    per_step = x.nbytes // x.shape[a] * STEPS
-    width = x.shape[k] if k is None or per_step <= PIECE_BYTES else max(
-        1, PIECE_BYTES * x.shape[k] // per_step)
-    for j in range(0, 1 if k is None else x.shape[k], width):
+    if k is None:  # one slice: its steps alone
+        yield (slice(None),) * x.ndim, [(*(slice(None),) * a, slice(i, i + step))
+                                        for i in range(0, x.shape[a], step)]
+        return
+    per_step = x.nbytes // x.shape[a] * step
+    width = max(1, min(x.shape[k], PIECE_BYTES * x.shape[k] // per_step))
+    for j in range(0, x.shape[k], width):
         cols = [slice(None)] * x.ndim
-        if k is not None:
-            cols[k] = slice(j, j + width)
-        yield tuple(cols), [slice(i, i + STEPS) for i in range(0, x.shape[a], STEPS)]
+        cols[k] = slice(j, j + width)
+        yield tuple(cols), [(*cols[:a], slice(i, i + step), *cols[a + 1:])
+                            for i in range(0, x.shape[a], step)]
 
 
-def _split_state(x, a):
-    """The State of each slice of x over strided axis a, STEPS at a time, merged in order."""
+def _merged_state(x, a, step):
+    """The State of each slice of x over axis a, `step` elements of it at a time, merged in
+    order (``_step_state`` where a is strided)."""
     compute, acc = compute_types(x.dtype)
     shape = tuple(1 if d == a else n for d, n in enumerate(x.shape))
     m, c, s = np.empty(shape, compute), np.empty(shape, acc), np.empty(shape, acc)
-    for cols, steps in _steps(x, a):
+    run = x.strides[a] == x.itemsize
+    for cols, pieces_ in _steps(x, a, step):
         st = None
-        for i in steps:
-            at = list(cols)
-            at[a] = i
-            part = _composed.State(*_step_state(x[tuple(at)].astype(compute, copy=False), a, acc))
+        for at in pieces_:
+            xp = x[at].astype(compute, copy=False)
+            part = _composed.State(*(state(xp, (a,), acc) if run else _step_state(xp, a, acc)))
             st = part if st is None else _composed.merge(np, st, part)
         m[cols], c[cols], s[cols] = st
     return _composed.State(m, c, s)
@@ -134,71 +138,36 @@ def _step_state(x, a, acc):
     return m, c.astype(acc), s
 
 
-def _split_normalize(op, x, st, a, y):
-    """y = softmax or log_softmax of x from each slice's State over strided axis a, STEPS of it
-    at a time (in place in y where it has the compute type)."""
+def _normalize_steps(op, x, st, a, step, y):
+    """y = softmax or log_softmax of x from each slice's State over axis a, `step` elements of
+    it at a time: in place in y where it has the compute type, else through one reused piece."""
     compute = st.m.dtype
     k = _composed.constant(np, op, st)
-    for cols, steps in _steps(x, a):
+    spare = None
+    for cols, pieces_ in _steps(x, a, step):
         m, kc = st.m[cols], k[cols]
-        for i in steps:
-            at = list(cols)
-            at[a] = i
-            at = tuple(at)
+        for at in pieces_:
             yp = y[at]
-            e = yp if y.dtype == compute else np.empty(yp.shape, compute)
-            np.subtract(x[at], m, out=e)
-            if op == "softmax":
-                np.exp(e, out=e)
-                np.multiply(e, kc, out=e)
+            if y.dtype == compute:
+                e = yp
             else:
-                np.subtract(e, kc, out=e)
-            if e is not yp:
-                yp[...] = e
+                if spare is None or spare.size < yp.size:
+                    spare = np.empty(yp.size, compute)
+                e = spare[:yp.size].reshape(yp.shape)
+            _normalize_piece(op, x[at], m, kc, e, yp)
 
 
-def _chunks(x):
-    """(row block, column chunk) index pairs of x viewed as (rows, n): CHUNK columns, as many
-    rows as fill about PIECE_BYTES."""
-    rows, n = x.shape
-    block = max(1, PIECE_BYTES // (CHUNK * compute_types(x.dtype)[0].itemsize))
-    for r in range(0, rows, block):
-        yield slice(r, r + block), [slice(j, j + CHUNK) for j in range(0, n, CHUNK)]
-
-
-def _long_state(x):
-    """The State of each row of x (rows, n), a CHUNK at a time, merged in order."""
-    compute, acc = compute_types(x.dtype)
-    rows = x.shape[0]
-    m, c, s = np.empty((rows, 1), compute), np.empty((rows, 1), acc), np.empty((rows, 1), acc)
-    for r, cols in _chunks(x):
-        st = None
-        for j in cols:
-            part = _composed.State(*state(x[r, j].astype(compute, copy=False), (1,), acc))
-            st = part if st is None else _composed.merge(np, st, part)
-        m[r], c[r], s[r] = st
-    return _composed.State(m, c, s)
-
-
-def _long_normalize(op, x, st, y):
-    """y (rows, n) = softmax or log_softmax of x from each row's State, a CHUNK at a time, in
-    place in y where it has the compute type (else through one reused piece of it)."""
-    compute = st.m.dtype
-    k = _composed.constant(np, op, st)
-    spare = None if y.dtype == compute else np.empty((PIECE_BYTES // compute.itemsize,), compute)
-    for r, cols in _chunks(x):
-        m, kr = st.m[r], k[r]
-        for j in cols:
-            yp = y[r, j]
-            e = yp if spare is None else spare[:yp.size].reshape(yp.shape)
-            np.subtract(x[r, j], m, out=e)
-            if op == "softmax":
-                np.exp(e, out=e)
-                np.multiply(e, kr, out=e)
-            else:
-                np.subtract(e, kr, out=e)
-            if e is not yp:
-                yp[...] = e
+def _normalize_piece(op, x, m, k, e, y) -> None:
+    """y = ``_composed.normalize``'s map of x from its slices' m and constant k, computed in e
+    (y itself where it has the compute type): ``exp(x - m) * k`` or ``(x - m) - k``."""
+    np.subtract(x, m, out=e)
+    if op == "softmax":
+        np.exp(e, out=e)
+        np.multiply(e, k, out=e)
+    else:
+        np.subtract(e, k, out=e)
+    if e is not y:
+        y[...] = e
 
 
 def log_softmax(x, axes, out=None):
@@ -211,11 +180,12 @@ def log_softmax(x, axes, out=None):
     if _long_rows(x, axes):  # rows past a piece: state a chunk at a time, then normalise
         y = y if y.flags.c_contiguous else np.empty_like(x)
         with np.errstate(all="ignore"):
-            x2 = x.reshape(-1, x.shape[-1])
-            _long_normalize("log_softmax", x2, _long_state(x2), y.reshape(x2.shape))
+            a = x.ndim - 1
+            _normalize_steps("log_softmax", x, _merged_state(x, a, CHUNK), a, CHUNK, y)
     elif _split_axis(x, axes):  # a strided axis: STEPS of it at a time, then normalise
         with np.errstate(all="ignore"):
-            _split_normalize("log_softmax", x, _split_state(x, axes[0]), axes[0], y)
+            a = axes[0]
+            _normalize_steps("log_softmax", x, _merged_state(x, a, STEPS), a, STEPS, y)
     else:
         _log_softmax_pieces(x, y, axes, compute, acc)
     if y is not out and out is not None:
@@ -261,12 +231,12 @@ def log_sum(x, axes, return_sign, dtype):
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
     if _long_rows(x, axes):  # rows past a piece: a chunk at a time, merged
         with np.errstate(all="ignore"):
-            st = _long_state(x.reshape(-1, x.shape[-1]))
-            got = _composed.log_sum(np, st, return_sign, dtype=dtype)
-        return tuple(g.reshape(shape) for g in got) if return_sign else got.reshape(shape)
+            st = _merged_state(x, x.ndim - 1, CHUNK)
+            return _composed.log_sum(np, st, return_sign, dtype=dtype)
     if _split_axis(x, axes):  # a strided axis: STEPS of it at a time, merged
         with np.errstate(all="ignore"):
-            return _composed.log_sum(np, _split_state(x, axes[0]), return_sign, dtype=dtype)
+            return _composed.log_sum(np, _merged_state(x, axes[0], STEPS), return_sign,
+                                     dtype=dtype)
     res = np.empty(shape, dtype)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the result
@@ -300,11 +270,10 @@ def state_of(x, axes):
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
     if _long_rows(x, axes):
         with np.errstate(all="ignore"):
-            return _composed.State(*(v.reshape(shape) for v in _long_state(
-                x.reshape(-1, x.shape[-1]))))
+            return _merged_state(x, x.ndim - 1, CHUNK)
     if _split_axis(x, axes):
         with np.errstate(all="ignore"):
-            return _split_state(x, axes[0])
+            return _merged_state(x, axes[0], STEPS)
     m, c, s = np.empty(shape, compute), np.empty(shape, acc), np.empty(shape, acc)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the state
@@ -320,16 +289,9 @@ def normalize(op, x, st, axes):
     y = np.empty(x.shape, x.dtype)
     with np.errstate(all="ignore"):
         for p in pieces(x, axes):
-            xp, mp, kp, yp = x[p], st.m[p], k[p], y[p]
-            e = yp if x.dtype == compute else np.empty(xp.shape, compute)
-            np.subtract(xp, mp, out=e)
-            if op == "softmax":
-                np.exp(e, out=e)
-                np.multiply(e, kp, out=e)
-            else:
-                np.subtract(e, kp, out=e)
-            if e is not yp:
-                yp[...] = e
+            yp = y[p]
+            e = yp if x.dtype == compute else np.empty(yp.shape, compute)
+            _normalize_piece(op, x[p], st.m[p], k[p], e, yp)
     return y
 
 
