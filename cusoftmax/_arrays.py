@@ -47,7 +47,8 @@ def explain_no_gpu(e: BaseException) -> str:
     """An error from the CUDA runtime as "no usable CUDA device: <meaning> (<cause>)"."""
     text = f"{type(e).__name__}: {e}"
     meaning = next((m for code, m in _NO_GPU.items() if code in text), None)
-    return f"no usable CUDA device: {meaning} ({text})" if meaning else f"no usable CUDA device ({text})"
+    return (f"no usable CUDA device: {meaning} ({text})" if meaning
+            else f"no usable CUDA device ({text})")
 
 
 def _framework(obj) -> str:

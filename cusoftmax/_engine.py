@@ -438,7 +438,7 @@ def topk_fused(c: Call, ax: int, k: int, log: bool, renormalize: bool, remember=
     """(values, indices) of a GPU call by the topk kernels, or None where no plan takes it (a
     dtype of ``planning.TOPK_TYPES``; rows contiguous along the axis, copied where not). The
     launch enters the fast path's table where `remember` is given and x is the caller's
-    C-contiguous array reduced along its last axis. ``scale``: as ``_api.fused``."""
+    C-contiguous array reduced along its last axis. ``scale``: as ``fused``."""
     import cupy
 
     if c.dtype.name not in planning.TOPK_TYPES:

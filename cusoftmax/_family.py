@@ -1,8 +1,8 @@
-"""The softmax family beyond plain softmax: log_softmax, logsumexp, the two VJPs, and softmax
-with ``where=`` or ``scale=``; the argument rules of `where`, `scale`, `b` and `dy`, written once.
+"""The eager functions of the family but softmax_topk: softmax, log_softmax, logsumexp and the
+two VJPs, on arrays of any framework but Dask (``_api`` sends those to ``_dask``).
 
-Host arrays are computed by ``_composed`` with NumPy. GPU arrays without `where` and `b`, and
-with no `scale` or a scalar one that ``_api.fused_scale`` passes, by the kernels
+Host arrays are computed by ``_host`` with NumPy. GPU arrays without `where` and `b`, and
+with no `scale` or a scalar one that ``_engine.fused_scale`` passes, by the kernels
 (``planning.FUSED_TYPES``: log_softmax by softmax's, logsumexp by the reduce family, the VJPs by
 the vjp family; the scale by their Scaled load); the rest by ``_composed`` with CuPy (array
 operations on the current stream).
@@ -123,7 +123,7 @@ def _finish(c: Call, out, y):
 
 
 def forward(op: str, c: Call, out, where, scale, method, remember=None):
-    """softmax or log_softmax of a prepared call, with its `where` and `scale` (``_api.softmax``
+    """softmax or log_softmax of a prepared call, with its `where` and `scale` (``softmax``
     sends here what its kernels do not take). ``remember``: (x, axis) as the caller gave them,
     for the fast path of later calls."""
     if not c.src.on_gpu and where is None and scale is None:  # the host's own path

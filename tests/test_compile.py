@@ -106,7 +106,8 @@ def test_the_covering_set_holds_every_argument_value():
     """Each (kernel, type)'s chosen expressions hold every load, op and template value of the
     full set, in fewer expressions."""
     for filename in sorted(set(_kernels.FILES.values())):
-        full, few = expressions(filename, "90", every=True), expressions(filename, "90", every=False)
+        full = expressions(filename, "90", every=True)
+        few = expressions(filename, "90", every=False)
         assert set(few) <= set(full) and len(few) <= len(full)
         args = re.compile(r"^(csm::\w+)<(.*)>$")
 

@@ -34,8 +34,10 @@ bytes too (read once), and results are checked against the masked reference.
 
 ``--host`` times the host path (NumPy arrays) of ``--op`` against SciPy's function (the NumPy
 formula of a VJP), by wall clock, honouring ``--dtypes``, ``--widths``, ``--total``, ``--where``,
-``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/bench/host.py); it needs no GPU. ``--dask`` times the family over Dask arrays of CuPy chunks against
-one call on the same data (cusoftmax/bench/dask_chunks.py).
+``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/bench/host.py); it needs no GPU. ``--dask``
+times the family over Dask arrays of CuPy chunks against one call on the same data
+(cusoftmax/bench/dask_chunks.py). ``--report DIR ...`` writes BENCHMARKS.md from the tables of
+result folders (cusoftmax/bench/report.py).
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def _calls(op, x, axis, args, rng):
     if args.where == "full":
         kw["where"] = rng.random(x.shape) < 0.7
     elif args.where == "padding":
-        kw["where"] = np.arange(x.shape[axis]).reshape([-1] + [1] * (-1 - axis)) < x.shape[axis] * 0.7
+        n = x.shape[axis]
+        kw["where"] = np.arange(n).reshape([-1] + [1] * (-1 - axis)) < n * 0.7
     if args.scale is not None:
         kw["scale"] = args.scale
     if op in ("softmax_vjp", "log_softmax_vjp"):

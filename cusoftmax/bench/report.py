@@ -39,7 +39,8 @@ def _order(table) -> tuple:
 
 def render(folders) -> str:
     """The page: INTRO, then each table found under `folders` with its heading and legend."""
-    tables = [json.loads(p.read_text()) for f in folders for p in sorted(Path(f).glob("*.table.json"))]
+    tables = [json.loads(p.read_text())
+              for f in folders for p in sorted(Path(f).glob("*.table.json"))]
     if not tables:
         raise SystemExit(f"no *.table.json under {', '.join(map(str, folders))}")
     parts, host = [INTRO], []
