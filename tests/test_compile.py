@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cusoftmax import _kernels
+from cusoftmax import _kernels, planning
+from cusoftmax._layout import Layout
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 nvrtc = cupy.cuda.nvrtc
@@ -132,3 +133,129 @@ def test_header_edit_changes_the_source():
     for filename in set(_kernels.FILES.values()):
         text = _kernels.source(filename)
         assert all(h in text for h in headers) and not local.search(text), filename
+
+
+H200 = planning.Limits(sm_count=132, smem_per_block=232448, capability=(9, 0),
+                       smem_per_sm=233472)
+
+
+def _plans():
+    """(plan, layout, dtype name) of every kernel the planners emit, found by sweeping row
+    lengths, batch sizes, strided axes and forced methods on the H200's stated limits (no GPU)."""
+    found = {}
+
+    def keep(plan, layout, dtype):
+        if plan is not None:
+            found.setdefault((plan.kernel, plan.ops), (plan, layout, dtype))
+
+    for itemsize, dtype in ((2, "bfloat16"), (4, "float32"), (8, "float64")):
+        for n in (1, 3, 32, 100, 517, 2049, 16384, 65537, 2**20, 2**23):
+            for rows in (1, 7, 1000, 2**17):
+                if rows * n > 2**31:
+                    continue
+                rows_layout = Layout(rows, n, 1, (n, 1), (n, 1))
+                strided = Layout(1, n, rows, (0, rows), (0, rows))
+                for op, load in (("softmax", "Plain"), ("log_softmax", "Scaled"),
+                                 ("softmax", "Masked")):
+                    for method in (None, *planning.METHODS):
+                        for layout in (rows_layout, strided):
+                            try:
+                                p = planning.plan(layout, itemsize, (0, 0), H200, method,
+                                                  op=op, load=load)
+                            except ValueError:  # a forced method that cannot run here
+                                continue
+                            keep(p, layout, dtype)
+                for layout in (rows_layout, strided):
+                    keep(planning.reduce_plan(layout, itemsize, 0, H200), layout, dtype)
+                    for op in planning.VJPS:
+                        keep(planning.vjp_plan(layout, itemsize, (0, 0, 0), H200, op=op),
+                             layout, dtype)
+                keep(planning.normalize_plan(rows_layout, itemsize, (0, 0), H200), rows_layout,
+                     dtype)
+                if dtype in planning.TOPK_TYPES:
+                    for k in (1, 8, 256):
+                        if k <= n:
+                            keep(planning.topk_plan(rows, n, n, k, False, itemsize, 0, H200),
+                                 None, dtype)
+    return found
+
+
+_ENTRY = re.compile(r"\.entry\s+(\S+)\s*\((.*?)\)", re.S)
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr[^\n,]*?)?\s+\S+?(?:\[(\d+)\])?\s*(?:,|$)",
+                    re.M)
+
+
+def test_launch_slots_match_the_kernels_signatures():
+    """Every kernel's parameters, read from its PTX, are what the launcher passes: the arrays'
+    addresses (and the workspace's) as 64-bit words, then ``plan.args``' integers, then the load
+    functor's struct in at most LOAD_SLOTS 8-byte slots (_kernels._launcher)."""
+    try:
+        nvrtc.getVersion()
+    except Exception as e:
+        pytest.skip(f"NVRTC is not loadable: {e}")
+    plans = _plans()
+    assert {k for k, _ in plans} == set(_kernels.FILES), set(_kernels.FILES) - {k for k, _ in plans}
+    by_file = {}
+    for (kernel, ops), (plan, layout, dtype) in plans.items():
+        expr = _kernels.name_expression(kernel, dtype, plan.template, plan.ops)
+        by_file.setdefault(_kernels.FILES[kernel], []).append((expr, plan, layout))
+    options = (*_kernels.options(), "-arch=sm_90", f"-I{_include_dir()}",
+               "--device-as-default-execution-space")
+    for filename, items in sorted(by_file.items()):
+        prog = nvrtc.createProgram(_kernels.source(filename), filename, (), ())
+        try:
+            for expr, _, _ in items:
+                nvrtc.addNameExpression(prog, expr)
+            nvrtc.compileProgram(prog, options)
+            ptx = nvrtc.getPTX(prog).decode() if isinstance(nvrtc.getPTX(prog), bytes) \
+                else nvrtc.getPTX(prog)
+            entries = {name: params for name, params in _ENTRY.findall(ptx)}
+            for expr, plan, layout in items:
+                params = _PARAM.findall(entries[nvrtc.getLoweredName(prog, expr)])
+                arrays = plan.inputs + plan.outputs + (plan.workspace() is not None)
+                tail = plan.args(layout)
+                assert len(params) == arrays + len(tail) + 1, (expr, params, tail)
+                assert all(t == "u64" for t, _ in params[:arrays]), (expr, params)
+                assert all(t in ("u32", "s32", "u64", "s64") and not n
+                           for t, n in params[arrays:-1]), (expr, params)
+                kind, size = params[-1]
+                assert kind == "b8" and 1 <= int(size or 1) <= 8 * planning.LOAD_SLOTS, (expr, params)
+        finally:
+            nvrtc.destroyProgram(prog)
+
+
+# A static shared variable of the PTX: its element bits and count (1 for a scalar).
+_SHARED = re.compile(r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.[busf](\d+)\s+[^\s\[;]+(?:\[(\d+)\])?\s*;",
+                     re.M)
+
+
+@pytest.mark.parametrize("kernel,bound", [("grid", "grid.GRID_STATIC_BYTES"),
+                                          ("online", "online.ONLINE_STATIC_BYTES"),
+                                          ("vjp_hold", "vjp.VJP_HOLD_STATIC_BYTES")])
+def test_static_shared_memory_within_the_planners_bound(kernel, bound):
+    """The static shared memory the planners set aside for these kernels (their occupancy sums)
+    holds what the PTX of each dtype's instantiations declares (one program an expression)."""
+    try:
+        nvrtc.getVersion()
+    except Exception as e:
+        pytest.skip(f"NVRTC is not loadable: {e}")
+    module, name = bound.split(".")
+    limit = getattr(getattr(planning, module), name)
+    options = (*_kernels.options(), "-arch=sm_90", f"-I{_include_dir()}",
+               "--device-as-default-execution-space")
+    seen = {}
+    for k, dtype_name, template, ops in _kernels.instantiations():
+        if k == kernel:
+            seen.setdefault(dtype_name, _kernels.name_expression(k, dtype_name, template, ops))
+    assert seen
+    for expr in seen.values():
+        prog = nvrtc.createProgram(_kernels.source(_kernels.FILES[kernel]), "k.cu", (), ())
+        try:
+            nvrtc.addNameExpression(prog, expr)
+            nvrtc.compileProgram(prog, options)
+            ptx = nvrtc.getPTX(prog)
+            ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+        finally:
+            nvrtc.destroyProgram(prog)
+        static = sum(int(bits) // 8 * int(count or 1) for bits, count in _SHARED.findall(ptx))
+        assert static <= limit, (expr, static, limit)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .common import Plan, block_share, two_pass_grid, two_pass_workspace, vecs
 
-ONLINE_STATIC_BYTES = 1024  # softmax_online's static shared memory, at most
+ONLINE_STATIC_BYTES = 1024  # softmax_online's static shared memory, at most (tests/test_compile.py)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from .reduce import lanes_shape
 
 KERNELS = ("vjp_lanes", "vjp_hold", "vjp_block", "vjp_chunks", "vjp_columns")
 
+VJP_HOLD_STATIC_BYTES = 512  # vjp_hold's static shared memory, at most (tests/test_compile.py)
+
 
 @dataclass(frozen=True)
 class VjpLanesPlan(Plan):
@@ -79,9 +81,9 @@ def _hold(rows, n, vec, itemsize, limits, t) -> Plan | None:
     block = 32 * math.ceil(packs / (32 * t.vjp_hold_packs))
     smem = block * t.vjp_hold_packs * vec * itemsize
     # resident: the launch bounds' registers (vjp_hold_threads' worth), shared memory with the
-    # block's static 512 bytes and the driver's reserve
+    # block's static bytes and the driver's reserve
     per_sm = max(1, min(t.vjp_hold_threads // block,
-                        limits.smem_per_sm // (smem + 512 + BLOCK_RESERVED)))
+                        limits.smem_per_sm // (smem + VJP_HOLD_STATIC_BYTES + BLOCK_RESERVED)))
     if rows < limits.sm_count * per_sm:
         return None
     # a block a row: the hardware hands rows to SMs as blocks end, where blocks looping over a
