@@ -128,7 +128,8 @@ def _vjp(log, y, dy, axis, where, out):
     acc = meta_from_array(y._meta, y.ndim, _composed.compute_types(dtype)[1])
     parts = da.map_blocks(_vjp_sum_chunk, y, dy, where, axes=axes, log=log,
                           chunks=_reduced_chunks(y, axes), meta=acc)
-    total = parts.sum(axis=axes, keepdims=True)
+    total = da.reduction(parts, _quiet_sum, _quiet_sum, axis=axes, keepdims=True,
+                         dtype=parts.dtype, meta=acc)
     return da.map_blocks(_vjp_chunk, y, dy, total, where, log=log, meta=meta)
 
 
@@ -405,6 +406,13 @@ def _fused_normalize(op):
 
 def _log_sum(st, *, return_sign, result):
     return _composed.log_sum(_module(st.m), st, return_sign=return_sign, dtype=result)
+
+
+def _quiet_sum(x, axis, keepdims):
+    """The sum of partial sums: +inf and -inf in different chunks of a slice give NaN, without
+    the warning the plain call does not give either."""
+    with np.errstate(all="ignore"):
+        return x.sum(axis=axis, keepdims=keepdims)
 
 
 def _vjp_sum_chunk(y, dy, where, *, axes, log):

@@ -181,8 +181,10 @@ def _plans():
 
 
 _ENTRY = re.compile(r"\.entry\s+(\S+)\s*\((.*?)\)", re.S)
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr[^\n,]*?)?\s+\S+?(?:\[(\d+)\])?\s*(?:,|$)",
-                    re.M)
+# A parameter of a PTX entry: its type and, for a byte array (a struct), its length.
+_PARAM = re.compile(
+    r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr[^\n,]*?)?\s+\S+?(?:\[(\d+)\])?\s*(?:,|$)",
+    re.M)
 
 
 def test_launch_slots_match_the_kernels_signatures():
@@ -219,14 +221,15 @@ def test_launch_slots_match_the_kernels_signatures():
                 assert all(t in ("u32", "s32", "u64", "s64") and not n
                            for t, n in params[arrays:-1]), (expr, params)
                 kind, size = params[-1]
-                assert kind == "b8" and 1 <= int(size or 1) <= 8 * planning.LOAD_SLOTS, (expr, params)
+                assert kind == "b8" and 1 <= int(size or 1) <= 8 * planning.LOAD_SLOTS, \
+                    (expr, params)
         finally:
             nvrtc.destroyProgram(prog)
 
 
 # A static shared variable of the PTX: its element bits and count (1 for a scalar).
-_SHARED = re.compile(r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.[busf](\d+)\s+[^\s\[;]+(?:\[(\d+)\])?\s*;",
-                     re.M)
+_SHARED = re.compile(
+    r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.[busf](\d+)\s+[^\s\[;]+(?:\[(\d+)\])?\s*;", re.M)
 
 
 @pytest.mark.parametrize("kernel,bound", [("grid", "grid.GRID_STATIC_BYTES"),

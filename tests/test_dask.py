@@ -3,6 +3,7 @@ against SciPy after compute(), on the local threaded and the distributed schedul
 graph's size, the chunk type and the errors."""
 
 import subprocess
+import warnings
 import sys
 
 import numpy as np
@@ -301,3 +302,16 @@ def test_numpy_chunks_pieces_give_the_array_operations_bits(dtype, op):
     assert_same_bits(got.c, st.c)
     np.testing.assert_allclose(got.s, st.s, rtol=1e-13, atol=0)
     assert_same_bits(_host.normalize(op, x, st, (1,)), C.normalize(np, op, x, st, (1,)))
+
+
+@pytest.mark.parametrize("op", ["softmax_vjp", "log_softmax_vjp"])
+def test_vjps_over_chunks_warn_no_more_than_the_plain_call(op):
+    """+inf and -inf dy in different chunks of a slice: NaN, and no warning, as the plain call."""
+    y = np.log(np.full((1, 2), 0.5))
+    dy = np.array([[np.inf, -np.inf]])
+    fn = getattr(cusoftmax, op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = fn(y, dy)
+        chunked = fn(da.from_array(y, chunks=1), da.from_array(dy, chunks=1)).compute()
+    np.testing.assert_array_equal(np.isnan(chunked), np.isnan(plain))
