@@ -20,15 +20,9 @@ from .planning import METHODS
 # also computes longdouble (in longdouble, where it is wider than float64) and ml_dtypes' 8-bit
 # floats (in float32, one rounding at the store, as the half types).
 GPU_FLOATS = ("float16", "bfloat16", "float32", "float64")
-
-
 LONGDOUBLE = np.dtype(np.longdouble)
-
-
 FLOAT8 = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
           "float8_e5m2", "float8_e5m2fnuz", "float8_e5m3fnu")
-
-
 HOST_FLOATS = FLOAT8 + ((LONGDOUBLE.name,) if LONGDOUBLE.name not in GPU_FLOATS else ())
 
 

@@ -19,11 +19,7 @@ from ._layout import Layout, collapse
 # dy, dx)). `fast_type` (cupy.ndarray) and `_device` (CuPy's getDevice)
 # are set with the first entry; until then no input takes the fast path.
 _fast: dict = {}
-
-
 fast_type = None
-
-
 _device = None
 
 
@@ -39,8 +35,6 @@ def fused(c: "Call", out, method, op: str, remember=None, scale=None):
 # float32 rounds a positive float64 above 2**-150 to a nonzero value, and one below
 # FLT_MAX + 2**103 (half an ulp past the largest float32) to a finite one.
 _F32_OPEN = (2.0**-150, float(np.finfo(np.float32).max) + 2.0**103)
-
-
 _F64_OPEN = (0.0, math.inf)
 
 

@@ -16,6 +16,7 @@ from . import _args, _engine, _host, planning
 from . import _composed as C
 from ._args import Call
 
+
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     """Softmax of ``scale * x`` along `axis`: ``exp(x - max) / sum(exp(x - max))`` per slice.
 

@@ -18,6 +18,7 @@ import numpy as np
 from . import _args, _engine, _host
 from . import _composed as C
 
+
 def _order_key(xp, v, keep):
     """Integer keys, ascending in the order of ``argsort(-v, kind="stable")`` with the positions
     where `keep` is False after all others; returns (keys, the key of NaN, the key of a position
