@@ -34,19 +34,19 @@ class Tuning:
     registers_short_span_min_bytes: int = 1024  # shorter rows lose in spans [registers-7]
     registers_short_span_max_pack: int = 4  # spans from packs of one 4-byte element [registers-7]
     registers_short_span_max_short_pack: int = 8  # ... 8 where the span stays short [registers-7]
-    warp_block: int = 64  # short rows' block: 64 beat 128 by 1-3% [registers-8]
+    warp_block: int = 64  # short rows' block: the faster of 64 and 128 [registers-8]
     registers_short_threads: int = 128  # (CUDA) short rows' __launch_bounds__ [registers-8]
     warp_lane_values: int = 16  # rows per lane group for about 16 values a lane [registers-9]
     warp_max_rows: int = 4  # rows per lane group at most [registers-9]
-    # a masking load's short rows (their keep words held too): rows of 32 +8-19% [registers-13]
+    # a masking load's short rows: fewer values a lane, their keep words held too [registers-13]
     masked_lane_values: int = 8
-    # its wide rows: to 32768 elements a block; 16384 at 0.92-0.98 of copy, 16: 0.75-0.91 [registers-13]
+    # its wide rows: 32 values a thread, to 32768 elements a block [registers-13]
     masked_wide_values: int = 32
-    # longer masked rows to block and cluster: 32768 ran one block an SM, 0.62-0.90 [registers-14]
+    # longer masked rows to block and cluster (one wide block an SM loses) [registers-14]
     masked_registers_max_cols: int = 16384
     warp_lane_values_float64_one_pack: int = 4  # float64, a pack a lane: 4 won [registers-10]
     warp_waves: int = 8  # full residencies of the looped grids [registers-11]
-    registers_float32_waves: int = 16  # float32 16-byte packs: 0.2-2% faster [registers-12]
+    registers_float32_waves: int = 16  # float32 16-byte packs: more waves, faster [registers-12]
     # tiles
     tiles_max_bytes: int = 4095  # rows shorter than 4 KiB; 4 KiB went to block [tiles-1]
     tiles_block: int = 128  # threads a block [tiles-2]
@@ -59,10 +59,10 @@ class Tuning:
     flat_lane_values: int = 8  # the fewest lanes holding a row in at most 8 values each [flat-1]
     flat_max_bytes: BySize = BySize({2: 1536, 4: 280})  # the default's longest flat rows [flat-1]
     # block: threads by bytes a block holds (first entry that holds them)
-    # no other table gained more than 0.02 of copy [block-1]
+    # the other tables measured gained nothing [block-1]
     block_threads: tuple = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 256), (64 * 1024, 512),
                             (math.inf, 1024))
-    # float64: half block_threads' threads from 16 KiB to 64 KiB, up to 0.15 faster [block-2]
+    # float64: half block_threads' threads from 16 KiB to 64 KiB [block-2]
     block_threads_float64: tuple = ((8 * 1024, 64), (16 * 1024, 128), (32 * 1024, 128),
                                     (64 * 1024, 256), (math.inf, 1024))
     block_scratch: int = 100 * 8  # (CUDA) bytes ahead of a row: scratch and cluster exchange
@@ -112,30 +112,30 @@ class Tuning:
     reduce_lane_staged_lanes: int = 32  # fewer lanes a row: next step in registers [reduce-4]
     reduce_lane_warp_lanes: tuple = (2, 8)  # rows in 2 to 7 lanes: copied by the warp [reduce-7]
     reduce_shifted: int = 7  # (CUDA) exp_shifted terms: bits 1 lanes, 2 chunks, 4 columns [reduce-5]
-    # packs a lane at least: float32 rows of 64-256 +17-37% [reduce-5], bfloat16 32-512 +16-20% [reduce-6]
+    # packs a lane at least: more bytes in flight on short rows [reduce-5] [reduce-6]
     reduce_lane_min_packs: BySize = BySize({2: 4, 4: 4, 8: 2})
     reduce_warp_rows_waves: int = 1  # rows a warp each, 1 residency at least [reduce-4]
-    reduce_warp_max_bytes: int = 32 * 1024  # longer rows to blocks: 8192 float32 0.97 [reduce-2]
+    reduce_warp_max_bytes: int = 32 * 1024  # longer rows to blocks [reduce-2]
     reduce_item_waves: float = 2.0  # items to cut rows and axes into, in residencies [reduce-5]
     reduce_min_chunk_steps: int = 4  # a chunk is at least 4 batch rounds of its block [reduce-1]
     reduce_max_chunk_bytes: int = 256 * 1024  # bytes a chunk of a row at most [reduce-1]
-    reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spilled [reduce-1], bfloat16's 12-15% slower [reduce-8]
+    reduce_columns_max_vec: int = 2  # a thread's columns: V states; 4 spill [reduce-1] [reduce-8]
     reduce_column_steps: int = 8  # steps of its columns a thread loads before it uses any [reduce-5]
     reduce_columns_strip_cols: int = 64  # columns a block's strip [reduce-5]
     # vjp (backward passes; short rows take reduce_lane_* and reduce_waves)
     vjp_threads: int = 256  # (CUDA) threads a block [vjp-1]
     vjp_min_rows_per_sm: int = 2  # fewer long rows leave SMs idle: vjp_chunks [vjp-1]
-    vjp_chunk_bytes: int = 64 * 1024  # bytes of each array a chunk; 16 and 32 KiB ran slower [vjp-3]
+    vjp_chunk_bytes: int = 64 * 1024  # bytes of each array a chunk [vjp-3]
     vjp_group_waves: float = 0.5  # waves of items a group of rows, as online's [vjp-3]
     # packs of y and of dy a lane: 4 spilled bfloat16 [vjp-1]; float32 4 (no spill) [vjp-6]
     vjp_lane_max_packs: BySize = BySize({2: 2, 4: 4, 8: 2})
-    vjp_block_packs: int = 4  # a row's block: 256 threads on 2-4 KiB rows ran 0.29-0.33 [vjp-2]
-    vjp_block_l2_bytes: int = 24 * 2**20  # a wave's rows of y and dy: 40 MiB and no limit ran slower [vjp-4]
-    vjp_columns_chunk_bytes: int = 256 * 1024  # bytes of each array an item: 16 and 64 KiB ran 0.06-0.53 [vjp-4]
+    vjp_block_packs: int = 4  # a row's block: packs a thread, so short rows keep few threads [vjp-2]
+    vjp_block_l2_bytes: int = 24 * 2**20  # a wave's rows of y and dy, to stay in L2 [vjp-4]
+    vjp_columns_chunk_bytes: int = 256 * 1024  # bytes of each array an item [vjp-4]
     vjp_columns_blocks_per_sm: int = 2  # (CUDA) launch bounds: 72-124 registers, spills at 64 (ptxas) [vjp-4]
     vjp_hold_threads: int = 1024  # (CUDA) a held row's block at most (the launch bounds) [vjp-5]
     vjp_hold_packs: int = 8  # packs of y (registers) and dy (shared memory) a thread of a held row [vjp-5]
-    vjp_hold_min_bytes: int = 32 * 1024  # rows of each array from here held on chip: 16 KiB ran slower [vjp-5]
+    vjp_hold_min_bytes: int = 32 * 1024  # rows of each array from here held on chip [vjp-5]
     walk_batch: int = 4  # (CUDA) walk_run's packs in flight a thread: spill, online [kernels-1]
     # normalize (rows from given statistics)
     normalize_threads: int = 256  # (CUDA) threads a block, as reduce_threads [normalize-1]
@@ -143,7 +143,7 @@ class Tuning:
     normalize_waves: int = 4  # full residencies at most; blocks loop over items [normalize-1]
     # topk (softmax and top-k in one read)
     topk_threads: int = 256  # (CUDA) threads a block; 8 warps' lists in 40 KiB at K = 256 [topk-1]
-    topk_blocks_per_sm: int = 3  # (CUDA) launch bound, 80 registers; 4 ran k=1 25% slower [topk-1]
+    topk_blocks_per_sm: int = 3  # (CUDA) launch bound: 80 registers a thread [topk-1]
     topk_batch: int = 16  # (CUDA) elements a thread of topk_block loads before using any [topk-2]
     topk_lane_elements: int = 16  # a lane's in topk_lanes: 65536x256 k=8 86 us (8: 100) [topk-1]
     topk_lane_max_k: int = 32  # k of topk_lanes at most: k rounds of shuffles each [topk-1]
