@@ -18,3 +18,15 @@ def test_example_runs(script):
                           timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip()
+
+
+def test_the_dask_example_needs_only_its_extra():
+    """`pip install ".[dask]" && python examples/dask_softmax.py` works: the example imports
+    nothing past NumPy, Dask and the library (CuPy and dask_cuda only where a GPU cluster is
+    tried, inside a try)."""
+    import ast
+
+    tree = ast.parse((ROOT / "examples" / "dask_softmax.py").read_text())
+    top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom)}
+    assert top <= {"contextlib", "dask", "numpy", "cusoftmax"}, top
