@@ -37,6 +37,9 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
               scale=None, out=None):
+    shape = _args.with_weights(a, b)  # a and b broadcast together, as SciPy's
+    if shape is not None and tuple(np.shape(a)) != shape:
+        a = da.broadcast_to(a if isinstance(a, da.Array) else da.asarray(a), shape)
     a, c = _checked(a, axis, out, "logsumexp")
     axes, dtype = c.axes, c.dtype
     b, where, scale = (_operand(v, a, c, name) for v, name in ((b, "b"), (where, "where"),

@@ -315,3 +315,15 @@ def test_vjps_over_chunks_warn_no_more_than_the_plain_call(op):
         plain = fn(y, dy)
         chunked = fn(da.from_array(y, chunks=1), da.from_array(dy, chunks=1)).compute()
     np.testing.assert_array_equal(np.isnan(chunked), np.isnan(plain))
+
+
+@pytest.mark.parametrize("ashape,bshape,axis", [((3,), (2, 3), None), ((3,), (2, 3), -1),
+                                                ((2, 1), (1, 4), 1)])
+def test_logsumexp_broadcasts_a_with_b_over_chunks(ashape, bshape, axis):
+    """As the plain call and SciPy: `a` and `b` broadcast together, Dask arrays alike."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(ashape), rng.random(bshape) + 0.1
+    want = sp.logsumexp(a, axis=axis, b=b)
+    got = cusoftmax.logsumexp(da.from_array(a, chunks=1), axis=axis,
+                              b=da.from_array(b, chunks=1)).compute()
+    np.testing.assert_allclose(got, want, rtol=1e-13)
