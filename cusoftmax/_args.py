@@ -155,7 +155,7 @@ def _operand(obj, c: Call, name: str):
     if a.on_gpu and not c.src.on_gpu:
         raise TypeError(f"{name} is a GPU array ({a.framework}) and x a host array")
     if c.src.on_gpu and not a.on_gpu:
-        with c.array.device:
+        with c.device:
             return c.xp.asarray(a.array)
     return a.array
 

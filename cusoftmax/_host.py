@@ -128,11 +128,7 @@ def _step_state(x, a, acc):
     bytes (at most STEPS): no cast of every term."""
     if x.dtype != np.float32:
         return state(x, (a,), acc)
-    m = np.maximum.reduce(x, axis=a, keepdims=True)
-    top = x == m
-    e = np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=np.empty_like(x))
-    np.exp(e, out=e)
-    np.copyto(e, 0, where=top)
+    m, top, e = _terms(x, (a,))
     s = np.expand_dims(_leading_sum(np.moveaxis(e, a, 0)), a)
     c = np.add.reduce(top.view(np.uint8), axis=a, keepdims=True, dtype=np.uint8)
     return m, c.astype(acc), s
@@ -224,25 +220,13 @@ def _log_softmax_piece(x, y, axes, acc) -> None:
 
 def log_sum(x, axes, return_sign, dtype):
     """logsumexp of x (its result dtype) over axes, keepdims shape (and the sign with
-    return_sign), a piece at a time: ``_composed``'s state and log_sum without weights,
-    ``m + (log1p(s / c) + log(c))`` in the accumulation type, c >= 1 the count of the
-    maximum (0 only where m is NaN, which gives NaN)."""
-    compute, acc = compute_types(dtype)
-    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-    if _long_rows(x, axes):  # rows past a piece: a chunk at a time, merged
-        with np.errstate(all="ignore"):
-            st = _merged_state(x, x.ndim - 1, CHUNK)
-            return _composed.log_sum(np, st, return_sign, dtype=dtype)
-    if _split_axis(x, axes):  # a strided axis: STEPS of it at a time, merged
-        with np.errstate(all="ignore"):
-            return _composed.log_sum(np, _merged_state(x, axes[0], STEPS), return_sign,
-                                     dtype=dtype)
-    res = np.empty(shape, dtype)
+    return_sign), from ``state_of``: ``_composed.log_sum`` without weights, ``m + (log1p(s / c)
+    + log(c))`` in the accumulation type, c >= 1 the count of the maximum (0 only where m is
+    NaN, which gives NaN)."""
+    m, c, s = state_of(x, axes)
+    acc = c.dtype
     with np.errstate(all="ignore"):
-        for p in pieces(x, axes):  # pieces cut a kept axis: the same index into the result
-            xp = x[p] if x.dtype == compute else x[p].astype(compute)
-            m, c, s = state(xp, axes, acc)
-            res[p] = m.astype(acc) + (np.log1p(s / c) + np.log(c))
+        res = (m.astype(acc) + (np.log1p(s / c) + np.log(c))).astype(dtype)
         if not return_sign:
             return res
         sign = np.where(res == -np.inf, dtype.type(0), dtype.type(1))
@@ -252,14 +236,21 @@ def log_sum(x, axes, return_sign, dtype):
 
 def state(x, axes, acc):
     """(m, c, s) of each slice of x (its compute type): the max, its count and the sum of the
-    other terms exp(x - m) in `acc` (m = -inf shifted by 0: -inf entries give 0, not NaN)."""
+    other terms exp(x - m) in `acc`."""
+    m, top, e = _terms(x, axes)
+    s = np.add.reduce(e, axis=axes, keepdims=True, dtype=acc)
+    return m, np.add.reduce(top, axis=axes, keepdims=True, dtype=acc), s
+
+
+def _terms(x, axes):
+    """(m, the places of the max, exp(x - m) with 0 there) of each slice of x (its compute
+    type); m = -inf shifted by 0: -inf entries give 0, not NaN."""
     m = np.maximum.reduce(x, axis=axes, keepdims=True)
     top = x == m
     e = np.subtract(x, np.where(m == -np.inf, 0, m).astype(x.dtype), out=np.empty_like(x))
     np.exp(e, out=e)
     np.copyto(e, 0, where=top)
-    s = np.add.reduce(e, axis=axes, keepdims=True, dtype=acc)
-    return m, np.add.reduce(top, axis=axes, keepdims=True, dtype=acc), s
+    return m, top, e
 
 
 def state_of(x, axes):
