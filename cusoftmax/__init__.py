@@ -1,7 +1,10 @@
 """cusoftmax: a fast, exact softmax family for GPU arrays (CuPy, PyTorch, JAX, Numba) and NumPy."""
 
-from ._api import log_softmax, log_softmax_vjp, logsumexp, softmax, softmax_topk, softmax_vjp
+from ._api import (log_softmax, log_softmax_vjp, logsumexp, segment_log_softmax,
+                   segment_log_softmax_vjp, segment_logsumexp, segment_softmax,
+                   segment_softmax_vjp, softmax, softmax_topk, softmax_vjp)
 
 __all__ = ["softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp",
-           "softmax_topk"]
+           "softmax_topk", "segment_softmax", "segment_log_softmax", "segment_logsumexp",
+           "segment_softmax_vjp", "segment_log_softmax_vjp"]
 __version__ = "0.1.0"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from . import _family, _topk
+from . import _family, _segment, _topk
 
 
 def is_dask(*objs) -> bool:
@@ -76,3 +76,21 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
                                     scale=scale, out=out)
     return _topk.softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
                               scale=scale, out=out)
+
+
+def _no_dask(fn):
+    """A segment function: Dask arrays are refused (their segments would cross chunks)."""
+    @functools.wraps(fn)
+    def public(x, *args, **kwargs):
+        if is_dask(x, *args, *kwargs.values()):
+            raise TypeError(f"{fn.__name__} does not take Dask arrays: compute them first")
+        return fn(x, *args, **kwargs)
+
+    return public
+
+
+segment_softmax = _no_dask(_segment.segment_softmax)
+segment_log_softmax = _no_dask(_segment.segment_log_softmax)
+segment_logsumexp = _no_dask(_segment.segment_logsumexp)
+segment_softmax_vjp = _no_dask(_segment.segment_softmax_vjp)
+segment_log_softmax_vjp = _no_dask(_segment.segment_log_softmax_vjp)

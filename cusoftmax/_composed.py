@@ -81,6 +81,30 @@ def _sum(xp, a, axes, dtype):
     return xp.sum(a, axis=axes, keepdims=True, dtype=dtype)
 
 
+class Segments(NamedTuple):
+    """Segments of consecutive positions along axis 0 of an array that holds only positions of
+    some segment, in segment order: the reducer ``state`` and ``vjp_sum`` take as ``over=`` in
+    place of reduced axes. A segment's value is its own (``count`` of them, the empty ones
+    holding the reduction's identity); ``expand`` gives each position its segment's."""
+
+    count: int  # the number of segments, empty ones included
+    filled: Any  # the indices of the non-empty segments, increasing (an int64 array)
+    starts: Any  # their first positions
+    lengths: Any  # their lengths (positive, summing to the array's length)
+
+    def reduce(self, xp, ufunc: str, a, identity, dtype=None):
+        """``ufunc``'s reduction of each segment of `a` (``identity`` for an empty one): an
+        array of ``(count,) + a.shape[1:]``."""
+        out = xp.full((self.count,) + a.shape[1:], identity, dtype or a.dtype)
+        if len(self.filled):
+            out[self.filled] = getattr(xp, ufunc).reduceat(a, self.starts, axis=0, dtype=dtype)
+        return out
+
+    def expand(self, xp, r):
+        """Each position's value of its segment, from ``r`` of ``(count,) + ...``."""
+        return xp.repeat(r[self.filled], self.lengths, axis=0)
+
+
 def _values(xp, x, scale, compute):
     """``scale * x`` rounded to the compute type (the values every function works on). A Python or
     NumPy scalar stays on the host: no transfer to the device for it."""
@@ -101,8 +125,8 @@ def _kept(xp, where, b):
     return xp.logical_and(where, nonzero)
 
 
-def state(xp, x, axes, *, where=None, scale=None, b=None) -> State:
-    """The :class:`State` of each slice of ``scale * x`` over `axes`.
+def state(xp, x, axes, *, where=None, scale=None, b=None, over: Segments | None = None) -> State:
+    """The :class:`State` of each slice of ``scale * x`` over `axes`, or of each segment.
 
     Parameters
     ----------
@@ -118,31 +142,41 @@ def state(xp, x, axes, *, where=None, scale=None, b=None) -> State:
         Broadcastable to `x`, one value a slice: the state is that of ``scale * x``.
     b : array, optional
         Real weights broadcastable to `x` (``logsumexp``'s `b`); positions with ``b == 0``
-        are left out (an inf or NaN there adds nothing).
+        are left out (an inf or NaN there adds nothing). Not with `over`.
+    over : Segments, optional
+        Reduce each segment of axis 0 instead of `axes` (`where` and `scale` then hold a
+        value a position).
 
     Returns
     -------
     State
         ``m`` in the compute type, ``c`` and ``s`` in the accumulation type, each of keepdims
-        shape.
+        shape (with `over`: ``(over.count,) + x.shape[1:]``).
     """
     compute, acc = compute_types(x.dtype)
     inf = compute.type(np.inf)
+    if over is None:
+        def total(a, dtype):
+            return _sum(xp, a, axes, dtype)
+    else:
+        def total(a, dtype):
+            return over.reduce(xp, "add", a, 0, dtype)
     with _quiet():
         v = _values(xp, x, scale, compute)
         w = None if b is None else xp.asarray(b, dtype=acc)
         keep = _kept(xp, where, w)
         vk = v if keep is None else xp.where(keep, v, -inf)
-        m = _max(xp, vk, axes)
-        top = vk == m if keep is None else xp.logical_and(vk == m, keep)
+        m = _max(xp, vk, axes) if over is None else over.reduce(xp, "maximum", vk, -inf)
+        mx = m if over is None else over.expand(xp, m)  # each position's slice's max
+        top = vk == mx if keep is None else xp.logical_and(vk == mx, keep)
         ones = acc.type(1) if w is None else w
-        c = _sum(xp, xp.where(top, ones, acc.type(0)), axes, acc)
+        c = total(xp.where(top, ones, acc.type(0)), acc)
         # Shifted by 0 where m is -inf, so left-out positions (-inf) give exp(-inf) = 0, not
         # NaN; on the top positions exp(v - m) is 1 or NaN (inf - inf): they are in c, not s.
-        rest = xp.exp(vk - xp.where(m == -inf, compute.type(0), m))
+        rest = xp.exp(vk - xp.where(mx == -inf, compute.type(0), mx))
         # Left-out weights as 0: an inf or NaN weight where `where` is False adds nothing.
         rest = rest if w is None else rest * xp.where(keep, w, acc.type(0))
-        s = _sum(xp, xp.where(top, acc.type(0), rest), axes, acc)
+        s = total(xp.where(top, acc.type(0), rest), acc)
         if w is not None:
             # +inf with weights of both signs is inf - inf: NaN, whatever their sum.
             both = xp.logical_and(xp.any(xp.logical_and(top, w > 0), axis=axes, keepdims=True),
@@ -215,7 +249,8 @@ def log_sum(xp, st: State, return_sign=False, *, dtype=None):
     return out.astype(dtype), sign.astype(dtype)
 
 
-def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None):
+def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None,
+              over: Segments | None = None):
     """Each element of `x` from its slice's final state: the softmax or the log_softmax.
 
     ``softmax``: ``exp(v - m) / (c + s)``; a slice whose maximum is +inf (or NaN, or whose kept
@@ -241,6 +276,8 @@ def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None):
         As given to :func:`state`.
     out : array, optional
         Written with the result (any float dtype that ``same_kind`` casting reaches).
+    over : Segments, optional
+        `st` holds a state a segment of axis 0 (:func:`state`'s `over`), not a slice of `axes`.
 
     Returns
     -------
@@ -249,11 +286,13 @@ def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None):
     """
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if st.m.ndim != x.ndim or any(st.m.shape[a] != 1 for a in axes):
+    if over is None and (st.m.ndim != x.ndim or any(st.m.shape[a] != 1 for a in axes)):
         raise ValueError(f"a state of shape {st.m.shape} does not reduce axes {axes} of {x.shape}")
     compute = st.m.dtype
     m = st.m
     k = constant(xp, op, st)
+    if over is not None:  # each position its segment's m and k
+        m, k = over.expand(xp, m), over.expand(xp, k)
     with _quiet():
         v = _values(xp, x, scale, compute)
         if op == "softmax":
@@ -288,7 +327,7 @@ def _store(xp, y, dtype, out):
     return out
 
 
-def vjp_sum(xp, y, dy, axes, *, where=None, log=False):
+def vjp_sum(xp, y, dy, axes, *, where=None, log=False, over: Segments | None = None):
     """The slice's total of the backward pass, keepdims shape, in the accumulation type:
     ``sum(dy * y)`` (softmax) or ``sum(dy)`` (``log=True``, log_softmax), masked positions left
     out.
@@ -307,6 +346,8 @@ def vjp_sum(xp, y, dy, axes, *, where=None, log=False):
         The forward pass's mask, broadcastable to `y`.
     log : bool, optional
         Whether `y` is a log_softmax.
+    over : Segments, optional
+        Sum each segment of axis 0 instead of `axes`: ``(over.count,) + y.shape[1:]``.
     """
     compute, acc = compute_types(y.dtype)
     with _quiet():
@@ -315,7 +356,7 @@ def vjp_sum(xp, y, dy, axes, *, where=None, log=False):
             t = t * y.astype(compute, copy=False)
         if where is not None:
             t = xp.where(where, t, compute.type(0))
-        return _sum(xp, t, axes, acc)
+        return _sum(xp, t, axes, acc) if over is None else over.reduce(xp, "add", t, 0, acc)
 
 
 def vjp(xp, y, dy, total, *, where=None, log=False, out=None):

@@ -414,7 +414,9 @@ def test_no_warnings_for_nan_and_inf(xp, dtype):
 
 def test_all_exported():
     assert set(cusoftmax.__all__) == {"softmax", "log_softmax", "logsumexp", "softmax_vjp",
-                                      "log_softmax_vjp", "softmax_topk"}
+                                      "log_softmax_vjp", "softmax_topk", "segment_softmax",
+                                      "segment_log_softmax", "segment_logsumexp",
+                                      "segment_softmax_vjp", "segment_log_softmax_vjp"}
     for name in cusoftmax.__all__:
         doc = getattr(cusoftmax, name).__doc__
         assert "Parameters\n    ----------" in doc and "Returns\n    -------" in doc

@@ -34,7 +34,9 @@ bytes too (read once), and results are checked against the masked reference.
 
 ``--host`` times the host path (NumPy arrays) of ``--op`` against SciPy's function (the NumPy
 formula of a VJP), by wall clock, honouring ``--dtypes``, ``--widths``, ``--total``, ``--where``,
-``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/bench/host.py); it needs no GPU. ``--dask``
+``--scale``, ``--no-axis0`` and ``--out`` (cusoftmax/bench/host.py); it needs no GPU. ``--segments``
+times the segment functions on the host against NumPy's and JAX's scatter chains
+(cusoftmax/bench/segment.py). ``--dask``
 times the family over Dask arrays of CuPy chunks against one call on the same data
 (cusoftmax/bench/dask_chunks.py). ``--report DIR ...`` writes BENCHMARKS.md from the tables of
 result folders (cusoftmax/bench/report.py).
@@ -97,6 +99,9 @@ def _parse(argv):
                         "along the reduced axis broadcast over the slices")
     p.add_argument("--host", action="store_true",
                    help="time the host path of --op against SciPy (no GPU needed)")
+    p.add_argument("--segments", action="store_true",
+                   help="the segment functions on the host against NumPy's and JAX's scatter "
+                        "chains (no GPU needed; --dtypes, --total edges, --repeat, --out)")
     p.add_argument("--dask", action="store_true",
                    help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
     p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")
@@ -321,6 +326,10 @@ def main(argv=None):
         from .host import main as host_main
 
         return host_main(args)
+    if args.segments:
+        from .segment import main as segment_main
+
+        return segment_main(args)
     if args.dask:
         from .dask_chunks import main as dask_main
 
