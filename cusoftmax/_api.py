@@ -1,6 +1,7 @@
 """The public functions: each hands its arguments to the eager function of its op (arrays of
-CuPy, NumPy or any framework DLPack reaches) or to the Dask wrapper (Dask arrays), and returns
-what it returns. The docstrings are the eager functions'."""
+CuPy, NumPy or any framework DLPack reaches), to the Dask wrapper (Dask arrays) or to the JAX
+front (JAX tracers, inside jax.jit and the other transformations), and returns what it returns.
+The docstrings are the eager functions'."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import functools
 from . import _family, _segment, _topk
 
 
-def is_dask(*objs) -> bool:
-    """Whether any of ``objs`` is a Dask collection (by its type's module: Dask itself is
-    imported only when one is passed)."""
+def front(*objs) -> str | None:
+    """"dask" where any of ``objs`` is a Dask collection, "jax" where one is a JAX tracer, else
+    None (by each type's module first: Dask and JAX are imported only where one is passed)."""
     for o in objs:
-        if o is not None and type(o).__module__.startswith("dask."):
-            return True
-    return False
+        if o is None:
+            continue
+        module = type(o).__module__
+        if module.startswith("dask."):
+            return "dask"
+        if module.startswith("jax.") and _jax().is_traced(o):
+            return "jax"
+    return None
 
 
 def _dask():
@@ -25,6 +31,13 @@ def _dask():
     return _dask
 
 
+def _jax():
+    """The JAX front, imported with the first JAX value (JAX is an optional dependency)."""
+    from . import _jax
+
+    return _jax
+
+
 def _public(eager):
     """The public function of `eager`: its name, signature and docstring."""
     return functools.wraps(eager, assigned=("__name__", "__qualname__", "__doc__"), updated=())
@@ -32,46 +45,53 @@ def _public(eager):
 
 @_public(_family.softmax)
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
-    if is_dask(x, where, scale):
-        return _dask().softmax(x, axis, where=where, scale=scale, out=out, method=method)
+    if (f := front(x, where, scale)) is not None:
+        return (_dask() if f == "dask" else _jax()).softmax(x, axis, where=where, scale=scale,
+                                                            out=out, method=method)
     return _family.softmax(x, axis, where=where, scale=scale, out=out, method=method)
 
 
 @_public(_family.log_softmax)
 def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
-    if is_dask(x, where, scale):
-        return _dask().log_softmax(x, axis, where=where, scale=scale, out=out, method=method)
+    if (f := front(x, where, scale)) is not None:
+        return (_dask() if f == "dask" else _jax()).log_softmax(x, axis, where=where,
+                                                                scale=scale, out=out,
+                                                                method=method)
     return _family.log_softmax(x, axis, where=where, scale=scale, out=out, method=method)
 
 
 @_public(_family.logsumexp)
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
               scale=None, out=None):
-    if is_dask(a, b, where, scale):
-        return _dask().logsumexp(a, axis, b, keepdims, return_sign, where=where, scale=scale,
-                                 out=out)
+    if (f := front(a, b, where, scale)) is not None:
+        return (_dask() if f == "dask" else _jax()).logsumexp(a, axis, b, keepdims, return_sign,
+                                                              where=where, scale=scale, out=out)
     return _family.logsumexp(a, axis, b, keepdims, return_sign, where=where, scale=scale,
                              out=out)
 
 
 @_public(_family.softmax_vjp)
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
-    if is_dask(y, dy, where):
-        return _dask().softmax_vjp(y, dy, axis, where=where, out=out)
+    if (f := front(y, dy, where)) is not None:
+        return (_dask() if f == "dask" else _jax()).softmax_vjp(y, dy, axis, where=where, out=out)
     return _family.softmax_vjp(y, dy, axis, where=where, out=out)
 
 
 @_public(_family.log_softmax_vjp)
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
-    if is_dask(y, dy, where):
-        return _dask().log_softmax_vjp(y, dy, axis, where=where, out=out)
+    if (f := front(y, dy, where)) is not None:
+        return (_dask() if f == "dask" else _jax()).log_softmax_vjp(y, dy, axis, where=where,
+                                                                    out=out)
     return _family.log_softmax_vjp(y, dy, axis, where=where, out=out)
 
 
 @_public(_topk.softmax_topk)
 def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, scale=None,
                  out=None):
-    if is_dask(x, where, scale):
+    if (f := front(x, where, scale)) == "jax":
+        raise TypeError("softmax_topk is not available inside JAX transformations yet: call it "
+                        "on concrete arrays")
+    if f == "dask":
         return _dask().softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
                                     scale=scale, out=out)
     return _topk.softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
@@ -79,11 +99,16 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
 
 
 def _no_dask(fn):
-    """A segment function: Dask arrays are refused (their segments would cross chunks)."""
+    """A segment function: Dask arrays (whose segments would cross chunks) and JAX tracers
+    (no traced segment path yet) are refused."""
     @functools.wraps(fn)
     def public(x, *args, **kwargs):
-        if is_dask(x, *args, *kwargs.values()):
+        f = front(x, *args, *kwargs.values())
+        if f == "dask":
             raise TypeError(f"{fn.__name__} does not take Dask arrays: compute them first")
+        if f == "jax":
+            raise TypeError(f"{fn.__name__} is not available inside JAX transformations yet: "
+                            f"call it on concrete arrays")
         return fn(x, *args, **kwargs)
 
     return public
