@@ -185,24 +185,39 @@ def checked_where(where, c: Call):
     if where is None:
         return None
     w = _operand(where, c, "where")
+    mask_rule(w, c.array.shape, c.input_name)
+    return w
+
+
+def mask_rule(w, shape, input_name="x") -> None:
+    """`where`'s rule for an array of any framework (its dtype and shape): bool, broadcastable
+    to the input's `shape`."""
     if w.dtype != np.bool_:
         raise TypeError(f"where must be a bool array, not {w.dtype}")
-    _broadcasts(w, c.array.shape, "where", f"{c.input_name}'s shape")
-    return w
+    _broadcasts(w, shape, "where", f"{input_name}'s shape")
+
+
+def scalar_scale(scale) -> bool:
+    """Whether `scale` is a Python or NumPy real scalar (a bool is a TypeError)."""
+    if isinstance(scale, (bool, np.bool_)):
+        raise TypeError("scale must be a real number, not bool")
+    return isinstance(scale, (int, float, np.integer, np.floating))
+
+
+def scale_rule(s, sliced) -> None:
+    """An array `scale`'s rule, for an array of any framework: real, one value a slice
+    (broadcastable to `sliced`, the input's shape with the reduced axes of length 1)."""
+    _real(s, "scale")
+    _broadcasts(s, sliced, "scale", "one value a slice: the shape")
 
 
 def checked_scale(scale, c: Call):
     """A Python or NumPy scalar as it is; an array, one value a slice: broadcastable to the
     shape of `x` with the reduced axes of length 1."""
-    if scale is None:
-        return None
-    if isinstance(scale, (bool, np.bool_)):
-        raise TypeError("scale must be a real number, not bool")
-    if isinstance(scale, (int, float, np.integer, np.floating)):
+    if scale is None or scalar_scale(scale):
         return scale
     s = _operand(scale, c, "scale")
-    _real(s, "scale")
-    _broadcasts(s, c.sliced, "scale", "one value a slice: the shape")
+    scale_rule(s, c.sliced)
     return s
 
 

@@ -19,12 +19,10 @@ from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import _args
 from . import _composed as C
 from ._layout import normalize_axes
-
 
 _TRACER = getattr(jax.core, "Tracer", None) or jax._src.core.Tracer
 
@@ -58,22 +56,11 @@ def _x(x, axis, out, method, op, empty_ok=False):
     return x.astype(dtype), axes
 
 
-def _shaped(v, shape, name, what):
-    try:
-        ok = np.broadcast_shapes(v.shape, shape) == tuple(shape)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} of shape {v.shape} does not broadcast to {what} {tuple(shape)}")
-
-
 def _where(where, x):
     if where is None:
         return None
     w = jnp.asarray(where)
-    if w.dtype != np.bool_:
-        raise TypeError(f"where must be a bool array, not {w.dtype}")
-    _shaped(w, x.shape, "where", "x's shape")
+    _args.mask_rule(w, x.shape)
     return w
 
 
@@ -81,15 +68,10 @@ def _scale(scale, x, axes):
     """A Python or NumPy real scalar as a float; an array (one value a slice) as it is."""
     if scale is None:
         return None
-    if isinstance(scale, (bool, np.bool_)):
-        raise TypeError("scale must be a real number, not bool")
-    if isinstance(scale, (int, float, np.integer, np.floating)):
+    if _args.scalar_scale(scale):
         return float(scale)
     s = jnp.asarray(scale)
-    if s.dtype == np.bool_ or s.dtype.kind not in "iuf":
-        raise TypeError(f"scale must hold real numbers, not {s.dtype}")
-    _shaped(s, tuple(1 if d in axes else n for d, n in enumerate(x.shape)), "scale",
-            "one value a slice: the shape")
+    _args.scale_rule(s, tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
     return s
 
 
