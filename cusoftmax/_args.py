@@ -108,9 +108,7 @@ def prepare(x, axis, out, method, op: str, empty_ok=False, *, where=None, scale=
     xp = _arrays.cupy_or_none() if src.on_gpu else np
     if shape is not None and arr.shape != shape:
         arr = xp.broadcast_to(arr, shape)
-    axes = normalize_axes(axis, arr.ndim)
-    if not empty_ok and any(arr.shape[a] == 0 for a in axes):
-        raise ValueError(f"{op} over an axis of length 0 (shape {arr.shape}, axis {axis})")
+    axes = axes_rule(axis, arr.shape, op, empty_ok)
     c = Call(src, arr, axes, dtype, check_out(out, src, arr.shape, dtype), op, xp,
              arr.device if src.on_gpu else contextlib.nullcontext(),
              tuple(1 if d in axes else n for d, n in enumerate(arr.shape)))
@@ -122,12 +120,25 @@ def prepare(x, axis, out, method, op: str, empty_ok=False, *, where=None, scale=
                 None if dy is None else checked_dy(dy, c))
 
 
+def axes_rule(axis, shape, op: str, empty_ok=False) -> tuple[int, ...]:
+    """The reduced axes of an input of `shape` (sorted, non-negative); a reduced axis of length
+    0 is a ValueError unless ``empty_ok`` (an empty sum)."""
+    axes = normalize_axes(axis, len(shape))
+    if not empty_ok and any(shape[a] == 0 for a in axes):
+        raise ValueError(f"{op} over an axis of length 0 (shape {tuple(shape)}, axis {axis})")
+    return axes
+
+
+def no_jax_out() -> None:
+    raise TypeError("out= cannot be used with JAX arrays: they are immutable")
+
+
 def check_out(out, src, shape, dtype):
     """The array behind `out` (CuPy or NumPy), after every check, or None."""
     if out is None:
         return None
     if src.framework in ("jax", "jaxlib"):
-        raise TypeError("out= cannot be used with JAX arrays: they are immutable")
+        no_jax_out()
     try:
         dst = _arrays.adapt(out, arrays_only=True)
     except TypeError as e:
@@ -170,7 +181,7 @@ def _broadcasts(a, shape, name: str, what: str):
         raise ValueError(f"{name} of shape {a.shape} does not broadcast to {what} {tuple(shape)}")
 
 
-def _real(a, name: str, bool_ok=False):
+def real_rule(a, name: str, bool_ok=False) -> None:
     """Real numbers: the dtypes softmax takes (bool too where `bool_ok`)."""
     if a.dtype == np.bool_ and bool_ok:
         return
@@ -204,20 +215,21 @@ def scalar_scale(scale) -> bool:
     return isinstance(scale, (int, float, np.integer, np.floating))
 
 
-def scale_rule(s, sliced) -> None:
-    """An array `scale`'s rule, for an array of any framework: real, one value a slice
-    (broadcastable to `sliced`, the input's shape with the reduced axes of length 1)."""
-    _real(s, "scale")
-    _broadcasts(s, sliced, "scale", "one value a slice: the shape")
+def scale_rule(s, shape, unit="slice") -> None:
+    """An array `scale`'s rule, for an array of any framework: real, one value a `unit`
+    (broadcastable to `shape`: the input's with the reduced axes of length 1, or with the
+    segments' axis of their number)."""
+    real_rule(s, "scale")
+    _broadcasts(s, shape, "scale", f"one value a {unit}: the shape")
 
 
-def checked_scale(scale, c: Call):
-    """A Python or NumPy scalar as it is; an array, one value a slice: broadcastable to the
-    shape of `x` with the reduced axes of length 1."""
+def checked_scale(scale, c: Call, shape=None, unit="slice"):
+    """A Python or NumPy scalar as it is; an array as ``scale_rule`` says (`shape`: default
+    the shape of `x` with the reduced axes of length 1)."""
     if scale is None or scalar_scale(scale):
         return scale
     s = _operand(scale, c, "scale")
-    scale_rule(s, c.sliced)
+    scale_rule(s, c.sliced if shape is None else shape, unit)
     return s
 
 
@@ -225,7 +237,7 @@ def checked_weights(b, c: Call):
     if b is None:
         return None
     w = _operand(b, c, "b")
-    _real(w, "b", bool_ok=True)
+    real_rule(w, "b", bool_ok=True)
     _broadcasts(w, c.array.shape, "b", "a's shape")
     return w
 
@@ -233,10 +245,15 @@ def checked_weights(b, c: Call):
 def checked_dy(dy, c: Call):
     """`dy` of `y`'s shape and kind, in the result's dtype."""
     g = _operand(dy, c, "dy")
-    _real(g, "dy")
-    if g.shape != c.array.shape:
-        raise ValueError(f"dy has shape {g.shape}, y has shape {c.array.shape}")
+    dy_rule(g, c.array.shape)
     return g.astype(c.dtype, copy=False)
+
+
+def dy_rule(g, shape) -> None:
+    """`dy`'s rule, for an array of any framework: real, of `y`'s shape."""
+    real_rule(g, "dy")
+    if g.shape != tuple(shape):
+        raise ValueError(f"dy has shape {g.shape}, y has shape {tuple(shape)}")
 
 
 def no_method(method, c: Call, op: str):
@@ -291,17 +308,6 @@ def int_axis(axis, op: str = "softmax_topk") -> None:
     """The `axis` of a function of ``ONE_AXIS``: one axis, an int (not None or a tuple)."""
     if axis is None or isinstance(axis, tuple):
         raise TypeError(f"{op} takes one axis, an int; got {axis!r}")
-
-
-def segment_scale(scale, c: Call, shape):
-    """A segment call's `scale`: a Python or NumPy scalar as it is; an array, one value a
-    segment: broadcastable to `shape` (the axis's length the number of segments)."""
-    if scale is None or isinstance(scale, (int, float, np.integer, np.floating)):
-        return checked_scale(scale, c)
-    s = _operand(scale, c, "scale")
-    _real(s, "scale")
-    _broadcasts(s, shape, "scale", "one value a segment: the shape")
-    return s
 
 
 def topk_out(axis, k, out, c: Call):

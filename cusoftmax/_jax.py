@@ -22,7 +22,6 @@ import jax.numpy as jnp
 
 from . import _args
 from . import _composed as C
-from ._layout import normalize_axes
 
 _TRACER = getattr(jax.core, "Tracer", None) or jax._src.core.Tracer
 
@@ -44,16 +43,13 @@ def _x64_as_configured():
 def _x(x, axis, out, method, op, empty_ok=False):
     """(x in its result dtype, the reduced axes) by the family's rules."""
     if out is not None:
-        raise TypeError("out= cannot be used with JAX arrays: they are immutable")
+        _args.no_jax_out()
     if method is not None:
         raise ValueError("method= chooses a GPU kernel; inside JAX transformations the family "
                          "runs as XLA operations")
     x = jnp.asarray(x)
     dtype = _args.result_dtype(x.dtype, False, op)
-    axes = normalize_axes(axis, x.ndim)
-    if not empty_ok and any(x.shape[a] == 0 for a in axes):
-        raise ValueError(f"{op} over an axis of length 0 (shape {x.shape}, axis {axis})")
-    return x.astype(dtype), axes
+    return x.astype(dtype), _args.axes_rule(axis, x.shape, op, empty_ok)
 
 
 def _where(where, x):
@@ -131,8 +127,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     w, s = _where(where, a), _scale(scale, a, axes)
     if b is not None:
         b = jnp.asarray(b)
-        if b.dtype.kind not in "biuf":
-            raise TypeError(f"b must hold real numbers, not {b.dtype}")
+        _args.real_rule(b, "b", bool_ok=True)
     with _x64_as_configured():
         st = C.state(jnp, a, axes, where=w, scale=s, b=b)
         res = C.log_sum(jnp, st, return_sign, dtype=a.dtype)
@@ -144,9 +139,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
 def _vjp(op, y, dy, axis, where, out):
     y, axes = _x(y, axis, out, None, op)
     dy = jnp.asarray(dy)
-    if dy.shape != y.shape:
-        raise ValueError(f"dy has shape {dy.shape}, y has shape {y.shape}")
-    _args.result_dtype(dy.dtype, False, op)
+    _args.dy_rule(dy, y.shape)
     w, log = _where(where, y), op == "log_softmax_vjp"
     dy = dy.astype(y.dtype)
     with _x64_as_configured():

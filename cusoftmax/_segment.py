@@ -247,7 +247,7 @@ def _prepared(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorte
     ax = _args.one_axis(axis, c)
     seg = _args.segmented(segment_ids, offsets, num_segments, c.array.shape[ax],
                           indices_are_sorted, op)
-    c = c._replace(scale=_args.segment_scale(scale, c, _segment_shape(c, seg)))
+    c = c._replace(scale=_args.checked_scale(scale, c, _segment_shape(c, seg), "segment"))
     return c, seg, _in_order(c, seg, c.array.astype(c.dtype, copy=False))
 
 
