@@ -389,7 +389,6 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
     count = _count(num_segments, op)
     if (segment_ids is None) == (offsets is None):
         raise TypeError(f"{op} takes the segments as segment_ids or as offsets= (one of them)")
-    order = None
     if offsets is not None:
         off = _index_array(offsets, "offsets", op)
         if off.size == 0:
@@ -400,25 +399,27 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
         if off[0] < 0 or off[-1] > n or np.any(off[1:] < off[:-1]):
             raise ValueError(f"{op}: offsets must be non-decreasing, from at least 0 to at "
                              f"most the axis length {n}")
-        lo, hi, bounds = int(off[0]), int(off[-1]), off
-    else:
-        ids = _index_array(segment_ids, "segment_ids", op)
-        if ids.size != n:
-            raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
-        is_sorted = not np.any(ids[1:] < ids[:-1])
-        if indices_are_sorted and not is_sorted:
-            raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
-        if count is None:
-            count = max(int(ids.max()) + 1, 0) if n else 0
-        if not is_sorted:
-            order = _stable_order(ids, count)
-            ids = ids[order]
-        bounds = np.searchsorted(ids, np.arange(count + 1), side="left")
-        lo, hi = int(bounds[0]), int(bounds[-1])
-    lengths = np.diff(bounds)
-    filled = np.flatnonzero(lengths)
-    return Segmented(order, lo, hi,
-                     Segments(bounds.size - 1, filled, bounds[filled] - lo, lengths[filled]))
+        lengths = np.diff(off)
+        filled = np.flatnonzero(lengths)
+        lo, hi = int(off[0]), int(off[-1])
+        return Segmented(None, lo, hi,
+                         Segments(off.size - 1, filled, off[filled] - lo, lengths[filled]))
+    ids = _index_array(segment_ids, "segment_ids", op)
+    if ids.size != n:
+        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
+    is_sorted = not np.any(ids[1:] < ids[:-1])
+    if indices_are_sorted and not is_sorted:
+        raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
+    if count is None:
+        count = max(int(ids.max()) + 1, 0) if n else 0
+    order = None if is_sorted else _stable_order(ids, count)
+    if order is not None:
+        ids = ids[order]
+    lo, hi = (int(i) for i in np.searchsorted(ids, (0, count)))
+    inside = ids[lo:hi]  # sorted, in [0, count): a segment starts where its id does
+    starts = np.flatnonzero(np.concatenate(([True], inside[1:] != inside[:-1]))[:hi - lo])
+    lengths = np.diff(np.append(starts, hi - lo))
+    return Segmented(order, lo, hi, Segments(count, inside[starts], starts, lengths))
 
 
 def _stable_order(ids, count: int):

@@ -105,7 +105,7 @@ class Segments(NamedTuple):
         return xp.repeat(r[self.filled], self.lengths, axis=0)
 
 
-def _values(xp, x, scale, compute):
+def scaled(xp, x, scale, compute):
     """``scale * x`` rounded to the compute type (the values every function works on). A Python or
     NumPy scalar stays on the host: no transfer to the device for it."""
     v = x.astype(compute, copy=False)
@@ -162,7 +162,7 @@ def state(xp, x, axes, *, where=None, scale=None, b=None, over: Segments | None 
         def total(a, dtype):
             return over.reduce(xp, "add", a, 0, dtype)
     with _quiet():
-        v = _values(xp, x, scale, compute)
+        v = scaled(xp, x, scale, compute)
         w = None if b is None else xp.asarray(b, dtype=acc)
         keep = _kept(xp, where, w)
         vk = v if keep is None else xp.where(keep, v, -inf)
@@ -294,7 +294,7 @@ def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None,
     if over is not None:  # each position its segment's m and k
         m, k = over.expand(xp, m), over.expand(xp, k)
     with _quiet():
-        v = _values(xp, x, scale, compute)
+        v = scaled(xp, x, scale, compute)
         if op == "softmax":
             y = xp.exp(v - m) * k
             masked = compute.type(0)

@@ -287,7 +287,7 @@ def _topk_part(x, where, scale, *, k, ax, block_info=None):
         values, kept = xp.take_along_axis(x, top, axis=ax).astype(compute), None
     elif kc:
         keep = None if where is None else xp.broadcast_to(where, x.shape)
-        v = _composed._values(xp, x, scale, compute)
+        v = _composed.scaled(xp, x, scale, compute)
         values, top, kept, _ = _topk.choose(xp, v, keep, kc, ax)
     else:  # an empty chunk: no candidate
         values, top, kept = x.astype(compute), xp.zeros(x.shape, np.int64), None

@@ -176,7 +176,7 @@ def _topk(xp, c: _args.Call, ax: int, shape, w, s, log, renormalize, dst, rememb
             return dst
     compute = C.compute_types(c.dtype)[0]
     axes, k = (ax,), shape[ax]
-    v = C._values(xp, c.array.astype(c.dtype, copy=False), s, compute)
+    v = C.scaled(xp, c.array.astype(c.dtype, copy=False), s, compute)
     values, top, kept, has_nan = choose(xp, v, w, k, ax, nan=renormalize)
     indices = top if kept is None else xp.where(kept, top, np.int64(-1))
     if renormalize:

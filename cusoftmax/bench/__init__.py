@@ -347,7 +347,7 @@ def main(argv=None):
         return topk_main(args)
     import cusoftmax
 
-    from .._composed import _values, compute_types
+    from .._composed import compute_types, scaled as scaled_x
 
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
@@ -411,7 +411,7 @@ def main(argv=None):
                     sync(y)
                 y = cupy.from_dlpack(y) if not isinstance(y, cupy.ndarray) else y
                 scaled = args.scale is not None and impl != "unscaled"
-                ref_x = _values(cupy, x, args.scale, compute_types(x.dtype)[0]) if scaled else x
+                ref_x = scaled_x(cupy, x, args.scale, compute_types(x.dtype)[0]) if scaled else x
                 if args.where is not None and impl != "unmasked":
                     bad = _masked_reference_ok(cupy, x, y, given["where"], axis, dt_name, op)
                 else:
