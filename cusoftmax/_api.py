@@ -1,7 +1,8 @@
 """The public functions: each hands its arguments to the eager function of its op (arrays of
-CuPy, NumPy or any framework DLPack reaches), to the Dask wrapper (Dask arrays) or to the JAX
-front (JAX tracers, inside jax.jit and the other transformations), and returns what it returns.
-The docstrings are the eager functions'."""
+CuPy, NumPy or any framework DLPack reaches) or to a front (``front``): the Dask wrapper (Dask
+arrays), the JAX front (tracers, inside jax.jit and the other transformations) or the torch
+operators (torch tensors), and returns what it returns. The docstrings are the eager
+functions'."""
 
 from __future__ import annotations
 
@@ -11,31 +12,33 @@ from . import _family, _segment, _topk
 
 
 def front(*objs) -> str | None:
-    """"dask" where any of ``objs`` is a Dask collection, "jax" where one is a JAX tracer, else
-    None (by each type's module first: Dask and JAX are imported only where one is passed)."""
-    for o in objs:
+    """The front of a call by its arrays: "dask" where any is a Dask collection, "jax" where
+    one is a JAX tracer, "torch" where the first is a torch tensor, else None (the eager
+    functions). By each type's module first: Dask, JAX and torch are imported only where one is
+    passed."""
+    for i, o in enumerate(objs):
         if o is None:
             continue
         module = type(o).__module__
         if module.startswith("dask."):
             return "dask"
-        if module.startswith("jax.") and _jax().is_traced(o):
+        if module.startswith("jax.") and _module("jax").is_traced(o):
             return "jax"
+        if i == 0 and (module == "torch" or module.startswith("torch.")):
+            return "torch"
     return None
 
 
-def _dask():
-    """The Dask wrapper, imported with the first Dask array (Dask is an optional dependency)."""
-    from . import _dask
-
-    return _dask
-
-
-def _jax():
-    """The JAX front, imported with the first JAX value (JAX is an optional dependency)."""
-    from . import _jax
-
-    return _jax
+def _module(name: str):
+    """The front of that name, imported at its first call: its framework is an optional
+    dependency."""
+    if name == "dask":
+        from . import _dask as front_module
+    elif name == "jax":
+        from . import _jax as front_module
+    else:
+        from . import _torch as front_module
+    return front_module
 
 
 def _public(eager):
@@ -46,17 +49,15 @@ def _public(eager):
 @_public(_family.softmax)
 def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     if (f := front(x, where, scale)) is not None:
-        return (_dask() if f == "dask" else _jax()).softmax(x, axis, where=where, scale=scale,
-                                                            out=out, method=method)
+        return _module(f).softmax(x, axis, where=where, scale=scale, out=out, method=method)
     return _family.softmax(x, axis, where=where, scale=scale, out=out, method=method)
 
 
 @_public(_family.log_softmax)
 def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
     if (f := front(x, where, scale)) is not None:
-        return (_dask() if f == "dask" else _jax()).log_softmax(x, axis, where=where,
-                                                                scale=scale, out=out,
-                                                                method=method)
+        return _module(f).log_softmax(x, axis, where=where, scale=scale, out=out,
+                                      method=method)
     return _family.log_softmax(x, axis, where=where, scale=scale, out=out, method=method)
 
 
@@ -64,8 +65,8 @@ def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
               scale=None, out=None):
     if (f := front(a, b, where, scale)) is not None:
-        return (_dask() if f == "dask" else _jax()).logsumexp(a, axis, b, keepdims, return_sign,
-                                                              where=where, scale=scale, out=out)
+        return _module(f).logsumexp(a, axis, b, keepdims, return_sign, where=where, scale=scale,
+                                    out=out)
     return _family.logsumexp(a, axis, b, keepdims, return_sign, where=where, scale=scale,
                              out=out)
 
@@ -73,15 +74,14 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
 @_public(_family.softmax_vjp)
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if (f := front(y, dy, where)) is not None:
-        return (_dask() if f == "dask" else _jax()).softmax_vjp(y, dy, axis, where=where, out=out)
+        return _module(f).softmax_vjp(y, dy, axis, where=where, out=out)
     return _family.softmax_vjp(y, dy, axis, where=where, out=out)
 
 
 @_public(_family.log_softmax_vjp)
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if (f := front(y, dy, where)) is not None:
-        return (_dask() if f == "dask" else _jax()).log_softmax_vjp(y, dy, axis, where=where,
-                                                                    out=out)
+        return _module(f).log_softmax_vjp(y, dy, axis, where=where, out=out)
     return _family.log_softmax_vjp(y, dy, axis, where=where, out=out)
 
 
@@ -91,14 +91,14 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     if (f := front(x, where, scale)) == "jax":
         raise TypeError("softmax_topk is not available inside JAX transformations yet: call it "
                         "on concrete arrays")
-    if f == "dask":
-        return _dask().softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
-                                    scale=scale, out=out)
+    if f is not None:
+        return _module(f).softmax_topk(x, k, axis, log=log, renormalize=renormalize,
+                                       where=where, scale=scale, out=out)
     return _topk.softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
                               scale=scale, out=out)
 
 
-def _no_dask(fn):
+def _eager_only(fn):
     """A segment function: Dask arrays (whose segments would cross chunks) and JAX tracers
     (no traced segment path yet) are refused."""
     @functools.wraps(fn)
@@ -114,8 +114,8 @@ def _no_dask(fn):
     return public
 
 
-segment_softmax = _no_dask(_segment.segment_softmax)
-segment_log_softmax = _no_dask(_segment.segment_log_softmax)
-segment_logsumexp = _no_dask(_segment.segment_logsumexp)
-segment_softmax_vjp = _no_dask(_segment.segment_softmax_vjp)
-segment_log_softmax_vjp = _no_dask(_segment.segment_log_softmax_vjp)
+segment_softmax = _eager_only(_segment.segment_softmax)
+segment_log_softmax = _eager_only(_segment.segment_log_softmax)
+segment_logsumexp = _eager_only(_segment.segment_logsumexp)
+segment_softmax_vjp = _eager_only(_segment.segment_softmax_vjp)
+segment_log_softmax_vjp = _eager_only(_segment.segment_log_softmax_vjp)

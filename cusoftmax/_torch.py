@@ -1,0 +1,380 @@
+"""PyTorch operators: ``torch.ops.cusoftmax.<op>`` for softmax, log_softmax, logsumexp, the two
+VJPs and softmax_topk, registered with ``torch.library.custom_op``: a fake (meta) function each,
+so torch.compile and torch.export trace shapes without running them, and autograd on softmax,
+log_softmax, logsumexp and softmax_topk's values. The public functions send torch tensors here.
+
+CUDA tensors run the kernels on ``torch.cuda.current_stream()`` (CuPy's current stream is set
+to it around the call), through DLPack without a copy. CPU tensors run the host path (NumPy
+views of the tensors, bfloat16 included). No op returns a view of an input. Autocast leaves the
+inputs as they are: the ops compute in the input's dtype (half types in float32 inside).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import numpy as np
+import torch
+
+from . import _args, _family, _topk
+from ._layout import normalize_axes
+
+Tensor = torch.Tensor
+_LIB = "cusoftmax"
+
+
+def _host(t):
+    """A NumPy view of CPU tensor `t` (bfloat16 as ml_dtypes' type, which DLPack lacks)."""
+    if t is None:
+        return None
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _tensor(a):
+    """A tensor of host array `a` (without a copy) or `a` itself if it is one."""
+    if isinstance(a, torch.Tensor):
+        return a
+    a = np.asarray(a)  # a NumPy scalar too
+    if not a.flags.c_contiguous:
+        a = a.copy()
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+@contextlib.contextmanager
+def _on_torch_stream(t):
+    """Around GPU work on tensor `t`: CuPy's current device and stream are torch's."""
+    if t.device.type != "cuda":
+        yield
+        return
+    import cupy
+
+    stream = torch.cuda.current_stream(t.device)
+    with cupy.cuda.Device(t.device.index), cupy.cuda.ExternalStream(stream.cuda_stream,
+                                                                     t.device.index):
+        yield
+
+
+def _run(fn, arrays, **kw):
+    """``fn`` (an eager function of the family) on tensors: CUDA ones as they are (DLPack), CPU
+    ones as NumPy views; the result(s) as new tensors."""
+    first = arrays[0]
+    if first.device.type == "cuda":
+        with _on_torch_stream(first):
+            res = fn(*arrays, **kw)
+    else:
+        res = fn(*(_host(a) for a in arrays), **kw)
+    return tuple(map(_tensor, res)) if isinstance(res, tuple) else _tensor(res)
+
+
+def _axis(axis):
+    """The ops' `axis`: None (every axis) or a list of ints."""
+    return None if axis is None else list(axis)
+
+
+def _scales(scale):
+    """(a float scale, a tensor scale): the kernels take a Python scalar as it is."""
+    if scale is None or isinstance(scale, torch.Tensor):
+        return None, scale
+    if _args.scalar_scale(scale):
+        return float(scale), None
+    return None, torch.as_tensor(scale)
+
+
+def _one_scale(fs, ts):
+    return fs if ts is None else ts
+
+
+def _result_dtype(t: Tensor) -> torch.dtype:
+    """softmax's result dtype for tensor `t`: floats keep theirs, integers promote as
+    ``numpy.exp`` (``_args.result_dtype``)."""
+    if t.dtype.is_floating_point:
+        return t.dtype
+    if t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError(f"softmax takes real floating-point or integer tensors, not {t.dtype}")
+    name = _args.result_dtype(np.dtype(str(t.dtype).removeprefix("torch."))).name
+    return getattr(torch, name)
+
+
+def _axes(axis, ndim):
+    return normalize_axes(tuple(axis) if axis is not None else None, ndim)
+
+
+# The forward ops.
+
+@torch.library.custom_op(f"{_LIB}::softmax", mutates_args=())
+def softmax_op(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
+               scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
+    return _run(_normalize_fn("softmax"), (x, where, scale_tensor), axis=axis, scale=scale)
+
+
+@torch.library.custom_op(f"{_LIB}::log_softmax", mutates_args=())
+def log_softmax_op(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
+                   scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
+    return _run(_normalize_fn("log_softmax"), (x, where, scale_tensor), axis=axis, scale=scale)
+
+
+def _normalize_fn(op):
+    fn = getattr(_family, op)
+
+    def call(x, where, scale_tensor, *, axis, scale):
+        axis = None if axis is None else tuple(axis)
+        return fn(x, axis, where=where, scale=_one_scale(scale, scale_tensor))
+
+    return call
+
+
+@softmax_op.register_fake
+def _(x, axis, where, scale, scale_tensor):
+    return x.new_empty(x.shape, dtype=_result_dtype(x))
+
+
+@log_softmax_op.register_fake
+def _(x, axis, where, scale, scale_tensor):
+    return x.new_empty(x.shape, dtype=_result_dtype(x))
+
+
+@torch.library.custom_op(f"{_LIB}::logsumexp", mutates_args=())
+def logsumexp_op(a: Tensor, axis: Optional[list[int]], b: Optional[Tensor], keepdims: bool,
+                 where: Optional[Tensor], scale: Optional[float],
+                 scale_tensor: Optional[Tensor]) -> Tensor:
+    def call(a, b, where, scale_tensor):
+        return _family.logsumexp(a, None if axis is None else tuple(axis), b, keepdims,
+                                 where=where, scale=_one_scale(scale, scale_tensor))
+
+    return _run(call, (a, b, where, scale_tensor))
+
+
+@logsumexp_op.register_fake
+def _(a, axis, b, keepdims, where, scale, scale_tensor):
+    shape = a.shape if b is None else torch.broadcast_shapes(a.shape, b.shape)
+    axes = _axes(axis, len(shape))
+    kept = [1 if d in axes else n for d, n in enumerate(shape)] if keepdims else \
+        [n for d, n in enumerate(shape) if d not in axes]
+    return a.new_empty(kept, dtype=_result_dtype(a))
+
+
+@torch.library.custom_op(f"{_LIB}::softmax_vjp", mutates_args=())
+def softmax_vjp_op(y: Tensor, dy: Tensor, axis: Optional[list[int]],
+                   where: Optional[Tensor]) -> Tensor:
+    return _run(_vjp_fn("softmax_vjp", axis), (y, dy, where))
+
+
+@torch.library.custom_op(f"{_LIB}::log_softmax_vjp", mutates_args=())
+def log_softmax_vjp_op(y: Tensor, dy: Tensor, axis: Optional[list[int]],
+                       where: Optional[Tensor]) -> Tensor:
+    return _run(_vjp_fn("log_softmax_vjp", axis), (y, dy, where))
+
+
+def _vjp_fn(op, axis):
+    fn = getattr(_family, op)
+
+    def call(y, dy, where):
+        return fn(y, dy, None if axis is None else tuple(axis), where=where)
+
+    return call
+
+
+@softmax_vjp_op.register_fake
+def _(y, dy, axis, where):
+    return y.new_empty(y.shape, dtype=_result_dtype(y))
+
+
+@log_softmax_vjp_op.register_fake
+def _(y, dy, axis, where):
+    return y.new_empty(y.shape, dtype=_result_dtype(y))
+
+
+@torch.library.custom_op(f"{_LIB}::softmax_topk", mutates_args=())
+def softmax_topk_op(x: Tensor, k: int, axis: int, log: bool, renormalize: bool,
+                    where: Optional[Tensor], scale: Optional[float],
+                    scale_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    def call(x, where, scale_tensor):
+        return _topk.softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
+                                  scale=_one_scale(scale, scale_tensor))
+
+    return _run(call, (x, where, scale_tensor))
+
+
+@softmax_topk_op.register_fake
+def _(x, k, axis, log, renormalize, where, scale, scale_tensor):
+    ax = _axes([axis], x.ndim)[0]
+    shape = list(x.shape)
+    shape[ax] = k
+    return x.new_empty(shape, dtype=_result_dtype(x)), x.new_empty(shape, dtype=torch.int64)
+
+
+# Autograd: each backward is the family's VJP (ops above), times the scale.
+
+def _save_normalized(ctx, inputs, output):
+    x, axis, where, scale, scale_tensor = inputs
+    ctx.axis, ctx.scale = axis, scale
+    ctx.save_for_backward(output, where, scale_tensor,
+                          x if scale_tensor is not None and scale_tensor.requires_grad else None)
+
+
+def _normalized_backward(vjp_op):
+    def backward(ctx, g):
+        y, where, scale_tensor, x = ctx.saved_tensors
+        d = vjp_op(y, g, ctx.axis, where)  # the gradient with respect to scale * x
+        dx = d if ctx.scale is None else d * ctx.scale
+        ds = None
+        if scale_tensor is not None:
+            dx = d * scale_tensor
+            if x is not None:
+                ds = (d * x).sum_to_size(scale_tensor.shape)
+        return dx, None, None, None, ds
+
+    return backward
+
+
+torch.library.register_autograd(f"{_LIB}::softmax", _normalized_backward(softmax_vjp_op),
+                                setup_context=_save_normalized)
+torch.library.register_autograd(f"{_LIB}::log_softmax", _normalized_backward(log_softmax_vjp_op),
+                                setup_context=_save_normalized)
+
+
+def _save_logsumexp(ctx, inputs, output):
+    a, axis, b, keepdims, where, scale, scale_tensor = inputs
+    ctx.axis, ctx.keepdims, ctx.scale = axis, keepdims, scale
+    ctx.save_for_backward(a, b, where, scale_tensor, output)
+
+
+def _logsumexp_backward(ctx, g):
+    """d log(sum(b exp(v))) = b exp(v - r) (v = scale * a, r the result): with respect to a
+    times the scale, to b without it, to an array scale summed to its shape."""
+    a, b, where, scale_tensor, r = ctx.saved_tensors
+    s = ctx.scale if scale_tensor is None else scale_tensor
+    shape = a.shape if b is None else torch.broadcast_shapes(a.shape, b.shape)
+    axes = _axes(ctx.axis, len(shape))
+    if not ctx.keepdims:
+        for d in axes:
+            r, g = r.unsqueeze(d), g.unsqueeze(d)
+    v = a if s is None else a * s
+    p = torch.exp(v - r)
+    if where is not None:
+        p = torch.where(where, p, torch.zeros((), dtype=p.dtype, device=p.device))
+    pb = p if b is None else p * b
+    da = (pb * g) if s is None else pb * g * s
+    db = None if b is None else (p * g).sum_to_size(b.shape)
+    ds = None if scale_tensor is None else (pb * g * a).sum_to_size(scale_tensor.shape)
+    return da.sum_to_size(a.shape), None, db, None, None, None, ds
+
+
+torch.library.register_autograd(f"{_LIB}::logsumexp", _logsumexp_backward,
+                                setup_context=_save_logsumexp)
+
+
+def _save_topk(ctx, inputs, output):
+    x, k, axis, log, renormalize, where, scale, scale_tensor = inputs
+    ctx.axis, ctx.log, ctx.renormalize, ctx.scale = axis, log, renormalize, scale
+    ctx.save_for_backward(x, where, scale_tensor, *output)
+
+
+def _topk_backward(ctx, g, _g_indices):
+    """The values are the softmax (or log_softmax) of the whole slice at the chosen positions,
+    or, renormalized, of the chosen entries alone: the slice's VJP with g at those positions,
+    or the chosen entries' VJP scattered to their positions. Positions left out (-1) get 0."""
+    x, where, scale_tensor, values, indices = ctx.saved_tensors
+    s = _one_scale(ctx.scale, scale_tensor)
+    ax = _axes([ctx.axis], x.ndim)[0]
+    chosen = indices >= 0
+    g = torch.where(chosen, g, torch.zeros((), dtype=g.dtype, device=g.device))
+    vjp = log_softmax_vjp_op if ctx.log else softmax_vjp_op
+    if ctx.renormalize:
+        d_chosen = vjp(values, g, [ax], chosen)
+        d = torch.zeros_like(x, dtype=values.dtype).scatter_add(ax, indices.clamp(min=0),
+                                                                 d_chosen)
+    else:
+        y = (log_softmax_op if ctx.log else softmax_op)(x, [ax], where, ctx.scale, scale_tensor)
+        full = torch.zeros_like(y).scatter_add(ax, indices.clamp(min=0), g.to(y.dtype))
+        d = vjp(y, full, [ax], where)
+    if s is None:
+        return d, None, None, None, None, None, None, None
+    if isinstance(s, float):
+        return d * s, None, None, None, None, None, None, None
+    ds = (d * x).sum_to_size(s.shape) if s.requires_grad else None
+    return d * s, None, None, None, None, None, None, ds
+
+
+torch.library.register_autograd(f"{_LIB}::softmax_topk", _topk_backward,
+                                setup_context=_save_topk)
+
+
+# What the public functions call with a torch tensor.
+
+def _operand(v, like):
+    """`where`, `b` or `dy` as a tensor on `like`'s device (or None)."""
+    if v is None or isinstance(v, torch.Tensor):
+        return v
+    return torch.as_tensor(np.asarray(v), device=like.device)
+
+
+def _eager(fn, x, *args, out, **kw):
+    """`out=` or `method=`: the eager function itself (no operator, no autograd)."""
+    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                       for a in (x, *args, *kw.values())):
+        raise RuntimeError(f"{fn.__name__} with out= or method= does not support automatic "
+                           f"differentiation (as torch's out= functions)")
+    with _on_torch_stream(x):
+        return fn(x, *args, out=out, **kw)
+
+
+def softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    return _normalized("softmax", softmax_op, x, axis, where, scale, out, method)
+
+
+def log_softmax(x, axis=-1, *, where=None, scale=None, out=None, method=None):
+    return _normalized("log_softmax", log_softmax_op, x, axis, where, scale, out, method)
+
+
+def _normalized(name, op, x, axis, where, scale, out, method):
+    if out is not None or method is not None:
+        return _eager(getattr(_family, name), x, axis, out=out, where=where, scale=scale,
+                      method=method)
+    fs, ts = _scales(scale)
+    return op(x, _axis(_one_tuple(axis)), _operand(where, x), fs, ts)
+
+
+def _one_tuple(axis):
+    """An int axis as a 1-tuple (the ops take a list); None and tuples as they are."""
+    return (axis,) if isinstance(axis, int) and not isinstance(axis, bool) else axis
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=None,
+              scale=None, out=None):
+    if out is not None or return_sign:
+        return _eager(_family.logsumexp, a, axis, b, keepdims, return_sign, out=out,
+                      where=where, scale=scale)
+    fs, ts = _scales(scale)
+    return logsumexp_op(a, _axis(_one_tuple(axis)), _operand(b, a), bool(keepdims),
+                        _operand(where, a), fs, ts)
+
+
+def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    if out is not None:
+        return _eager(_family.softmax_vjp, y, _operand(dy, y), axis, out=out, where=where)
+    return softmax_vjp_op(y, _operand(dy, y), _axis(_one_tuple(axis)), _operand(where, y))
+
+
+def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
+    if out is not None:
+        return _eager(_family.log_softmax_vjp, y, _operand(dy, y), axis, out=out, where=where)
+    return log_softmax_vjp_op(y, _operand(dy, y), _axis(_one_tuple(axis)), _operand(where, y))
+
+
+def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, scale=None,
+                 out=None):
+    if out is not None:
+        return _eager(_topk.softmax_topk, x, k, axis, out=out, log=log,
+                      renormalize=renormalize, where=where, scale=scale)
+    _args.int_axis(axis)
+    fs, ts = _scales(scale)
+    return softmax_topk_op(x, k, axis, bool(log), bool(renormalize), _operand(where, x), fs, ts)

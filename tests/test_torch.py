@@ -1,0 +1,182 @@
+"""The torch operators: registration and fake functions (torch.library.opcheck), autograd
+(gradcheck in float64, against torch's own gradients), torch.compile without graph breaks,
+autocast, out=; on CPU tensors (the host path), and on CUDA tensors where there is a GPU."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cusoftmax
+
+torch = pytest.importorskip("torch")
+cusoftmax.softmax(torch.ones(1))  # the ops are registered with the first tensor passed
+
+OPS = ("softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp", "softmax_topk")
+
+
+def _x(shape=(3, 4, 5), dtype=torch.float64, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g, dtype=dtype).mul(2).requires_grad_(requires_grad)
+
+
+def test_every_op_is_registered_by_import_after_torch():
+    code = ("import torch, cusoftmax; "
+            f"print(all(hasattr(torch.ops.cusoftmax, n) for n in {OPS!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.strip() == "True", done.stderr
+    code = "import cusoftmax, sys; print('torch' in sys.modules)"  # not imported for nothing
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape, axis", [((3, 5), [-1]), ((2, 3, 4), [0]), ((2, 3, 4), [0, 2]),
+                                         ((4,), None)])
+def test_opcheck(dtype, shape, axis):
+    x, dy = _x(shape, dtype, requires_grad=True), _x(shape, dtype, 1)
+    where = torch.ones(shape, dtype=torch.bool)
+    where.view(-1)[0] = False
+    ops = torch.ops.cusoftmax
+    cases = [(ops.softmax, (x, axis, None, None, None)),
+             (ops.softmax, (x, axis, where, 0.5, None)),
+             (ops.log_softmax, (x, axis, None, 2.0, None)),
+             (ops.logsumexp, (x, axis, None, False, None, None, None)),
+             (ops.logsumexp, (x, axis, x.detach().abs(), True, where, None, None)),
+             (ops.softmax_vjp, (x.detach(), dy, axis, None)),
+             (ops.log_softmax_vjp, (x.detach(), dy, axis, where))]
+    if axis is not None and len(axis) == 1:
+        cases += [(ops.softmax_topk, (x, 2, axis[0], False, False, None, None, None)),
+                  (ops.softmax_topk, (x, 2, axis[0], True, True, where, 0.5, None))]
+    for op, args in cases:
+        torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_gradcheck_normalized(name):
+    fn = getattr(cusoftmax, name)
+    x = _x(requires_grad=True)
+    where = _x(seed=3) > -1.5
+    s = torch.tensor([[[0.5]], [[1.5]], [[2.0]]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: fn(t), (x,))
+    # masked places are -inf in log_softmax: a finite output for the numerical Jacobian
+    assert torch.autograd.gradcheck(
+        lambda t: fn(t, 1, where=where, scale=0.7).masked_fill(~where, 0), (x,))
+    assert torch.autograd.gradcheck(lambda t, u: fn(t, (1, 2), scale=u), (x, s))
+
+
+def test_gradcheck_logsumexp():
+    x = _x(requires_grad=True)
+    b = _x(seed=4).abs().requires_grad_()
+    where = _x(seed=3) > -1.5
+    assert torch.autograd.gradcheck(lambda t: cusoftmax.logsumexp(t, 1), (x,))
+    assert torch.autograd.gradcheck(lambda t, u: cusoftmax.logsumexp(t, (0, 2), b=u,
+                                                                     keepdims=True), (x, b))
+    assert torch.autograd.gradcheck(lambda t: cusoftmax.logsumexp(t, -1, where=where,
+                                                                  scale=1.3), (x,))
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_gradcheck_topk_values(log, renormalize):
+    x = _x((4, 9), requires_grad=True)
+    where = torch.arange(9) < 7
+    assert torch.autograd.gradcheck(
+        lambda t: cusoftmax.softmax_topk(t, 3, log=log, renormalize=renormalize,
+                                         where=where, scale=0.8)[0], (x,))
+
+
+def test_gradients_equal_torchs():
+    x = _x(requires_grad=True)
+    for ours, theirs in ((lambda t: cusoftmax.softmax(t, 1), lambda t: torch.softmax(t, 1)),
+                         (lambda t: cusoftmax.log_softmax(t, 0),
+                          lambda t: torch.log_softmax(t, 0)),
+                         (lambda t: cusoftmax.logsumexp(t, 2), lambda t: torch.logsumexp(t, 2))):
+        g = torch.randn_like(theirs(x))
+        a = torch.autograd.grad((ours(x) * g).sum(), x)[0]
+        b = torch.autograd.grad((theirs(x) * g).sum(), x)[0]
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_compile_fullgraph_forward_and_backward():
+    w0 = _x((6, 3), torch.float32, seed=6)
+    x, target = _x((8, 6), torch.float32, seed=7), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+
+    def loss(w):
+        logits = x @ w
+        lp = cusoftmax.log_softmax(logits, scale=0.5)
+        return torch.nn.functional.nll_loss(lp, target) + cusoftmax.logsumexp(logits, 1).mean()
+
+    explained = torch._dynamo.explain(loss)(w0.clone().requires_grad_())
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    results = []
+    for fn in (loss, torch.compile(loss, fullgraph=True, backend="aot_eager")):
+        w = w0.clone().requires_grad_()
+        value = fn(w)
+        value.backward()
+        results.append((value.detach(), w.grad))
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_autocast_leaves_the_dtype():
+    x = _x((4, 8), torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert cusoftmax.softmax(x).dtype == torch.float32
+        assert cusoftmax.softmax(x.to(torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_dtypes_and_results():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int16):
+        x = (torch.arange(24).reshape(4, 6) % 7 - 3).to(dtype)
+        y = cusoftmax.softmax(x)
+        want = cusoftmax.softmax(np.asarray(x.to(torch.float64)))
+        assert isinstance(y, torch.Tensor)
+        assert y.dtype == (torch.float32 if dtype == torch.int16 else dtype)
+        np.testing.assert_allclose(y.to(torch.float64).numpy(), want, rtol=8e-3)
+
+
+def test_out_and_method():
+    x = _x((3, 5), torch.float32)
+    out = torch.empty_like(x)
+    assert cusoftmax.softmax(x, out=out) is out
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    with pytest.raises(RuntimeError, match="automatic differentiation"):
+        cusoftmax.softmax(x.clone().requires_grad_(), out=torch.empty_like(x))
+    with pytest.raises(ValueError, match="host"):
+        cusoftmax.softmax(x, method="block")  # a CPU tensor runs on the host
+    r, sign = cusoftmax.logsumexp(x, 1, b=-torch.ones(5), return_sign=True)
+    assert torch.all(sign == -1)
+
+
+def test_errors_reach_the_caller():
+    with pytest.raises(TypeError, match="complex"):
+        cusoftmax.softmax(torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(ValueError, match="k must be"):
+        cusoftmax.softmax_topk(torch.ones(3), 5)
+    with pytest.raises(TypeError, match="one axis"):
+        cusoftmax.softmax_topk(torch.ones(3), 1, axis=None)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for torch")
+
+
+@cuda
+def test_cuda_stream_graph_and_grad():
+    x = torch.randn(64, 1000, device="cuda", requires_grad=True)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = cusoftmax.softmax(x)
+        y.sum().backward()
+    s.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    static = torch.randn(64, 1000, device="cuda")
+    cusoftmax.softmax(static)  # compiled and planned before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = cusoftmax.log_softmax(static)
+    static.copy_(torch.randn(64, 1000, device="cuda"))
+    graph.replay()
+    torch.testing.assert_close(out, torch.log_softmax(static, -1))
