@@ -1,7 +1,9 @@
 """JAX tracers: the family inside ``jax.jit``, ``jax.vmap``, ``jax.grad`` / ``jax.vjp``,
-``jax.lax.scan`` and ``jax.checkpoint``, as XLA operations of ``_composed``'s reference in
-``jax.numpy`` (the same state and per-element map as every other path, so the same NaN, inf and
-`where` rules). Not the kernels yet: XLA compiles and fuses these operations for the backend.
+``jax.lax.scan`` and ``jax.checkpoint``, as XLA operations in ``jax.numpy`` of ``_composed``:
+``direct`` (one max, one sum, the map) for softmax, log_softmax and logsumexp without `b`, the
+reference's state for logsumexp with `b` or `return_sign`, its VJPs for the VJPs; the same NaN,
+inf and `where` rules as every other path. Not the kernels yet: XLA compiles and fuses these
+operations for the backend.
 
 softmax and log_softmax carry a ``jax.custom_vjp`` whose backward is the family's VJP formula
 (``_composed.vjp``: one sum a slice, zero at masked positions), for `x` (and a Python scalar
@@ -72,9 +74,7 @@ def _scale(scale, x, axes):
 
 
 def _forward(op, x, axes, where, scale):
-    with _x64_as_configured():
-        st = C.state(jnp, x, axes, where=where, scale=scale)
-        return C.normalize(jnp, op, x, st, axes, where=where, scale=scale)
+    return C.direct(jnp, op, x, axes, where=where, scale=scale)
 
 
 @lru_cache(maxsize=None)
@@ -128,9 +128,12 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     if b is not None:
         b = jnp.asarray(b)
         _args.real_rule(b, "b", bool_ok=True)
-    with _x64_as_configured():
-        st = C.state(jnp, a, axes, where=w, scale=s, b=b)
-        res = C.log_sum(jnp, st, return_sign, dtype=a.dtype)
+    if b is None and not return_sign:
+        res = C.direct(jnp, "logsumexp", a, axes, where=w, scale=s)
+    else:  # signed weights: the state's sum, its sign kept apart
+        with _x64_as_configured():
+            st = C.state(jnp, a, axes, where=w, scale=s, b=b)
+            res = C.log_sum(jnp, st, return_sign, dtype=a.dtype)
     if keepdims:
         return res
     return tuple(r.squeeze(axes) for r in res) if return_sign else res.squeeze(axes)

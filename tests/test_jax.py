@@ -114,6 +114,15 @@ def test_special_values_as_the_eager_path():
         np.testing.assert_allclose(got, fn(x), rtol=1e-6, atol=0)  # NaN and inf where they are
     got = np.asarray(jax.jit(lambda v: cusoftmax.logsumexp(v, axis=1))(x))
     np.testing.assert_allclose(got, cusoftmax.logsumexp(x, axis=1), rtol=1e-6, atol=0)
+    where = np.array([[True, False, True], [False] * 3, [True] * 3, [False, True, True]])
+    for fn in (cusoftmax.softmax, cusoftmax.log_softmax):
+        got = np.asarray(jax.jit(lambda v, fn=fn: fn(v, where=where))(x))
+        np.testing.assert_allclose(got, fn(x, where=where), rtol=1e-6, atol=0)
+    got = np.asarray(jax.jit(lambda v: cusoftmax.logsumexp(v, axis=1, where=where))(x))
+    np.testing.assert_allclose(got, cusoftmax.logsumexp(x, axis=1, where=where), rtol=1e-6,
+                               atol=0)
+    empty = jax.jit(lambda v: cusoftmax.logsumexp(v, axis=1))(np.zeros((2, 0), np.float32))
+    assert np.array_equal(np.asarray(empty), [-inf, -inf])
 
 
 def test_what_is_refused_inside_jit():
