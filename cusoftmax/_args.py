@@ -12,6 +12,7 @@ import numpy as np
 from numpy.exceptions import AxisError
 
 from . import _arrays
+from ._ops import INPUT_NAMES, ONE_AXIS
 from ._layout import normalize_axes
 from .planning import METHODS
 
@@ -83,11 +84,9 @@ class Call(NamedTuple):
     @property
     def input_name(self) -> str:
         """The name of the function's first argument (``a``, ``y`` or ``x``)."""
-        return INPUT_NAMES.get(self.op, "x")
+        return INPUT_NAMES.get(self.op, "x")  # "x" for an op not declared (slice_state)
 
 
-INPUT_NAMES = {"logsumexp": "a", "softmax_vjp": "y", "log_softmax_vjp": "y",
-               "segment_softmax_vjp": "y", "segment_log_softmax_vjp": "y"}
 
 
 def prepare(x, axis, out, method, op: str, empty_ok=False, *, where=None, scale=None, b=None,
@@ -297,11 +296,6 @@ def count_k(k, n: int) -> int:
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and the axis length {n}, got {k}")
     return k
-
-
-# The functions whose `axis` is one axis, an int: the k largest, or the segments, lie along it.
-ONE_AXIS = frozenset({"softmax_topk", "segment_softmax", "segment_log_softmax",
-                      "segment_logsumexp", "segment_softmax_vjp", "segment_log_softmax_vjp"})
 
 
 def int_axis(axis, op: str = "softmax_topk") -> None:

@@ -1,0 +1,60 @@
+"""Each public operation, declared once: its array arguments (the input first), what its axis
+is, the kernels' operations it runs (``planning.EPILOGUES``' names), its reference in
+``_composed`` and the fronts that take it. The argument rules (``_args``), the public module's
+names and the tests read these; the kernel side's own declarations are ``planning.common``'s
+(epilogues, fused types, loads)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class OpSpec(NamedTuple):
+    name: str
+    arrays: tuple[str, ...]  # its array arguments: the input first, then its operands
+    one_axis: bool  # its axis is one int (the k largest, or the segments, lie along it)
+    kernels: tuple[str, ...]  # the kernels' operations it runs on the GPU (none: array ops)
+    reference: tuple[str, ...]  # the _composed functions that compute it on any xp
+    fronts: frozenset[str]  # the fronts beside the eager one: "dask", "jax", "torch"
+
+
+_ALL = frozenset({"dask", "jax", "torch"})
+_REF = ("state", "normalize")
+SPECS = (
+    OpSpec("softmax", ("x", "where", "scale"), False, ("softmax",), _REF, _ALL),
+    OpSpec("log_softmax", ("x", "where", "scale"), False, ("log_softmax",), _REF, _ALL),
+    OpSpec("logsumexp", ("a", "b", "where", "scale"), False, ("logsumexp",),
+           ("state", "log_sum"), _ALL),
+    OpSpec("softmax_vjp", ("y", "dy", "where"), False, ("softmax_vjp",), ("vjp_sum", "vjp"),
+           _ALL),
+    OpSpec("log_softmax_vjp", ("y", "dy", "where"), False, ("log_softmax_vjp",),
+           ("vjp_sum", "vjp"), _ALL),
+    OpSpec("softmax_topk", ("x", "where", "scale"), True, ("softmax", "log_softmax"),
+           ("state",), frozenset({"dask", "torch"})),
+    OpSpec("segment_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
+           ("state", "normalize"), frozenset()),
+    OpSpec("segment_log_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
+           ("state", "normalize"), frozenset()),
+    OpSpec("segment_logsumexp", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
+           ("state", "log_sum"), frozenset()),
+    OpSpec("segment_softmax_vjp", ("y", "dy", "segment_ids", "offsets", "where"), True, (),
+           ("vjp_sum", "vjp"), frozenset()),
+    OpSpec("segment_log_softmax_vjp", ("y", "dy", "segment_ids", "offsets", "where"), True, (),
+           ("vjp_sum", "vjp"), frozenset()),
+)
+OPS = {s.name: s for s in SPECS}
+NAMES = tuple(OPS)
+INPUT_NAMES = {s.name: s.arrays[0] for s in SPECS}
+ONE_AXIS = frozenset(s.name for s in SPECS if s.one_axis)
+
+
+# Fronts whose arrays the eager functions take too (torch tensors through DLPack): an op
+# without that front runs eagerly on them; Dask arrays and JAX tracers it refuses.
+EAGER_TAKES = frozenset({"torch"})
+
+
+def refused(name: str, front: str) -> str:
+    """Why op `name` refuses the arrays of `front` (a TypeError's message)."""
+    if front == "dask":
+        return f"{name} does not take Dask arrays: compute them first"
+    return f"{name} is not available inside JAX transformations yet: call it on concrete arrays"
