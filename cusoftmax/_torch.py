@@ -50,16 +50,35 @@ def _tensor(a):
 
 @contextlib.contextmanager
 def _on_torch_stream(t):
-    """Around GPU work on tensor `t`: CuPy's current device and stream are torch's."""
+    """Around GPU work on tensor `t`: CuPy's current device and stream are torch's, and its
+    allocations (results, workspaces) come from torch's caching allocator on that stream, so
+    that a capture by torch.cuda.graph takes them from the graph's own pool."""
     if t.device.type != "cuda":
         yield
         return
     import cupy
 
+    device = t.device.index
     stream = torch.cuda.current_stream(t.device)
-    with cupy.cuda.Device(t.device.index), cupy.cuda.ExternalStream(stream.cuda_stream,
-                                                                     t.device.index):
+    with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream.cuda_stream, device), \
+            cupy.cuda.using_allocator(_torch_allocator(device, stream)):
         yield
+
+
+def _torch_allocator(device: int, stream):
+    """A CuPy allocator over ``torch.cuda.caching_allocator_alloc``: each block goes back to
+    torch when CuPy lets go of its memory."""
+    import weakref
+
+    import cupy
+
+    def alloc(size):
+        ptr = torch.cuda.caching_allocator_alloc(max(size, 1), device, stream)
+        mem = cupy.cuda.UnownedMemory(ptr, size, None, device)
+        weakref.finalize(mem, torch.cuda.caching_allocator_delete, ptr)
+        return cupy.cuda.MemoryPointer(mem, 0)
+
+    return alloc
 
 
 def _run(fn, arrays, **kw):
