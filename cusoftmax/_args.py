@@ -347,10 +347,7 @@ def _index_array(a, name: str, op: str):
     a = _arrays.adapt(a).array
     if a.size == 0 and not hasattr(given, "dtype"):  # [] is float64 to NumPy
         a = a.astype(np.int64)
-    if a.dtype == np.bool_ or a.dtype.kind not in "iu":
-        raise TypeError(f"{op}: {name} must hold integers, not {a.dtype}")
-    if a.ndim != 1:
-        raise ValueError(f"{op}: {name} must be 1-d, got shape {a.shape}")
+    index_rule(a, name, op)
     if not isinstance(a, np.ndarray):  # a GPU array: its few integers come to the host
         a = a.get()
     if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
@@ -358,7 +355,21 @@ def _index_array(a, name: str, op: str):
     return a.astype(np.int64, copy=False)
 
 
-def _count(num_segments, op: str) -> int | None:
+def index_rule(a, name: str, op: str) -> None:
+    """`segment_ids`' or `offsets`' rule, for an array of any framework: 1-d integers."""
+    if a.dtype == np.bool_ or a.dtype.kind not in "iu":
+        raise TypeError(f"{op}: {name} must hold integers, not {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{op}: {name} must be 1-d, got shape {a.shape}")
+
+
+def segments_given(segment_ids, offsets, op: str) -> None:
+    """One of `segment_ids` and `offsets`, not both."""
+    if (segment_ids is None) == (offsets is None):
+        raise TypeError(f"{op} takes the segments as segment_ids or as offsets= (one of them)")
+
+
+def count_rule(num_segments, op: str) -> int | None:
     if num_segments is None:
         return None
     if isinstance(num_segments, (bool, np.bool_)):
@@ -380,9 +391,8 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
     on belong to none). Unsorted ids cost a stable sort (ties keep their order)."""
     from ._composed import Segments
 
-    count = _count(num_segments, op)
-    if (segment_ids is None) == (offsets is None):
-        raise TypeError(f"{op} takes the segments as segment_ids or as offsets= (one of them)")
+    count = count_rule(num_segments, op)
+    segments_given(segment_ids, offsets, op)
     if offsets is not None:
         off = _index_array(offsets, "offsets", op)
         if off.size == 0:

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _args
 from . import _composed as C
@@ -156,3 +157,151 @@ def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     return _vjp("log_softmax_vjp", y, dy, axis, where, out)
+
+
+# The segment functions: jax.ops's segment reductions (XLA's scatter), the shift and the map
+# as ``_composed.direct``'s; `num_segments` must be a static int where the ids are traced.
+
+def _segments(op, x, segment_ids, offsets, num_segments, axis, where=None, scale=None, dy=None):
+    """(x in its result dtype with `axis` first, the ids of its positions, whether they are
+    sorted, the number of segments, where and scale in that layout (a scale a position),
+    dy likewise), by the segment functions' rules."""
+    _args.segments_given(segment_ids, offsets, op)
+    _args.int_axis(axis, op)
+    x, axes = _x(x, axis, None, None, op, empty_ok=True)
+    if not axes:
+        raise np.exceptions.AxisError(axis, 0, f"{op} needs an axis: x is 0-d")
+    ax = axes[0]
+    n = x.shape[ax]
+    count = _args.count_rule(num_segments, op)
+    if offsets is not None:
+        off = jnp.asarray(offsets)
+        _args.index_rule(off, "offsets", op)
+        if off.shape[0] == 0:
+            raise ValueError(f"{op}: offsets needs at least one entry (num_segments + 1)")
+        if count is not None and count != off.shape[0] - 1:
+            raise ValueError(f"{op}: num_segments={count} but offsets has {off.shape[0]} "
+                             f"entries (num_segments + 1)")
+        count = off.shape[0] - 1
+        # positions before offsets[0] get -1, from offsets[-1] on `count`: in no segment
+        ids, is_sorted = jnp.searchsorted(off, jnp.arange(n), side="right") - 1, True
+    else:
+        ids = jnp.asarray(segment_ids)
+        _args.index_rule(ids, "segment_ids", op)
+        if ids.shape[0] != n:
+            raise ValueError(f"{op}: segment_ids has {ids.shape[0]} entries, the axis {n}")
+        if count is None:
+            if is_traced(ids):
+                raise TypeError(f"{op} inside JAX transformations needs num_segments, a "
+                                f"static int")
+            count = max(int(np.max(np.asarray(ids))) + 1, 0) if n else 0
+        is_sorted = False  # a promise JAX would not check: not passed on
+    shape = x.shape[:ax] + (count,) + x.shape[ax + 1:]
+    w = _where(where, x)
+    w = None if w is None else jnp.moveaxis(jnp.broadcast_to(w, x.shape), ax, 0)
+    s = scale
+    if s is not None and not _args.scalar_scale(s):
+        s = jnp.asarray(s)
+        _args.scale_rule(s, shape, "segment")
+        s = jnp.moveaxis(jnp.broadcast_to(s, shape), ax, 0)
+    elif s is not None:
+        s = float(s)
+    g = None
+    if dy is not None:
+        g = jnp.asarray(dy)
+        _args.dy_rule(g, x.shape)
+        g = jnp.moveaxis(g.astype(x.dtype), ax, 0)
+    return jnp.moveaxis(x, ax, 0), ids.astype(jnp.int32), is_sorted, count, w, s, g, ax
+
+
+def _per_position(ids, count, lead):
+    """(the segment of each position, clipped into range, for gathers; whether it is in one,
+    shaped to broadcast over the other axes)."""
+    inside = (ids >= 0) & (ids < count)
+    return jnp.where(inside, ids, 0), inside.reshape((ids.shape[0],) + (1,) * lead)
+
+
+def _segment_map(op, x, segment_ids, offsets, num_segments, axis, where, scale):
+    xm, ids, is_sorted, count, w, s, _, ax = _segments(op, x, segment_ids, offsets,
+                                                       num_segments, axis, where, scale)
+    compute, _ = C.compute_types(xm.dtype)
+    inf = compute.type(np.inf)
+    if count == 0:  # no segment: nothing to gather from
+        if op == "segment_logsumexp":
+            return jnp.moveaxis(jnp.zeros((0,) + xm.shape[1:], xm.dtype), 0, ax)
+        fill = 0 if op == "segment_softmax" else -inf
+        return jnp.moveaxis(jnp.full(xm.shape, fill, xm.dtype), 0, ax)
+    safe, inside = _per_position(ids, count, xm.ndim - 1)
+    v = xm.astype(compute)
+    if s is not None:
+        v = v * (s[safe] if not isinstance(s, float) else compute.type(s))
+    keep = inside if w is None else inside & w
+    v = jnp.where(keep, v, -inf)
+    m = jax.ops.segment_max(v, ids, count, indices_are_sorted=is_sorted)
+    if op == "segment_softmax":
+        t = jnp.exp(v - m[safe])
+        total = jax.ops.segment_sum(t, ids, count, indices_are_sorted=is_sorted)
+        y, fill = t / total[safe], compute.type(0)
+    else:
+        m = jnp.where(jnp.isfinite(m), m, compute.type(0))  # as _composed.direct
+        lse = jnp.log(jax.ops.segment_sum(jnp.exp(v - m[safe]), ids, count,
+                                          indices_are_sorted=is_sorted))
+        if op == "segment_logsumexp":
+            return jnp.moveaxis((m + lse).astype(xm.dtype), 0, ax)
+        y, fill = (v - m[safe]) - lse[safe], -inf
+    return jnp.moveaxis(jnp.where(keep, y, fill).astype(xm.dtype), 0, ax)
+
+
+def segment_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
+                    indices_are_sorted=False, where=None, scale=None, out=None):
+    _no_out(out)
+    return _segment_map("segment_softmax", x, segment_ids, offsets, num_segments, axis, where,
+                        scale)
+
+
+def segment_log_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
+                        indices_are_sorted=False, where=None, scale=None, out=None):
+    _no_out(out)
+    return _segment_map("segment_log_softmax", x, segment_ids, offsets, num_segments, axis,
+                        where, scale)
+
+
+def segment_logsumexp(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
+                      indices_are_sorted=False, where=None, scale=None, out=None):
+    _no_out(out)
+    return _segment_map("segment_logsumexp", x, segment_ids, offsets, num_segments, axis,
+                        where, scale)
+
+
+def _segment_vjp(op, y, dy, segment_ids, offsets, num_segments, axis, where, out):
+    _no_out(out)
+    ym, ids, is_sorted, count, w, _, g, ax = _segments(op, y, segment_ids, offsets,
+                                                       num_segments, axis, where, dy=dy)
+    compute, _ = C.compute_types(ym.dtype)
+    if count == 0:  # no segment: every gradient 0
+        return jnp.moveaxis(jnp.zeros(ym.shape, ym.dtype), 0, ax)
+    safe, inside = _per_position(ids, count, ym.ndim - 1)
+    keep = inside if w is None else inside & w
+    yc, gc = ym.astype(compute), g.astype(compute)
+    log = op == "segment_log_softmax_vjp"
+    t = jnp.where(keep, gc if log else gc * yc, compute.type(0))
+    total = jax.ops.segment_sum(t, ids, count, indices_are_sorted=is_sorted)[safe]
+    dx = gc - jnp.exp(yc) * total if log else yc * (gc - total)
+    return jnp.moveaxis(jnp.where(keep, dx, compute.type(0)).astype(ym.dtype), 0, ax)
+
+
+def segment_softmax_vjp(y, dy, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
+                        indices_are_sorted=False, where=None, out=None):
+    return _segment_vjp("segment_softmax_vjp", y, dy, segment_ids, offsets, num_segments, axis,
+                        where, out)
+
+
+def segment_log_softmax_vjp(y, dy, segment_ids=None, *, offsets=None, num_segments=None,
+                            axis=0, indices_are_sorted=False, where=None, out=None):
+    return _segment_vjp("segment_log_softmax_vjp", y, dy, segment_ids, offsets, num_segments,
+                        axis, where, out)
+
+
+def _no_out(out):
+    if out is not None:
+        _args.no_jax_out()

@@ -6,7 +6,8 @@ reduced over each segment (``_composed.Segments``: NumPy's ``reduceat``, one pas
 instead of over an axis, then the family's per-element map, so its NaN, inf and `where` rules
 are softmax's. Positions of no segment give what a masked position gives (0, -inf, a zero
 gradient). Computed on the host with NumPy; a GPU array is copied to the host and the result
-back (no segment kernel yet).
+back (no segment kernel yet). Inside JAX transformations the public functions send JAX tracers
+to ``_jax``'s segment functions (XLA's segment reductions).
 """
 
 from __future__ import annotations

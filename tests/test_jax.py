@@ -3,10 +3,13 @@ eager host path and against jax.nn, on JAX's CPU backend (and any other it has).
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE
 from test_family import check
+from test_segment import segment_cases
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -133,9 +136,62 @@ def test_what_is_refused_inside_jit():
         jax.jit(lambda v: cusoftmax.softmax(v, method="block"))(x)
     with pytest.raises(TypeError, match="inside JAX transformations"):
         jax.jit(lambda v: cusoftmax.softmax_topk(v, 2))(x)
-    with pytest.raises(TypeError, match="inside JAX transformations"):
-        jax.jit(lambda v: cusoftmax.segment_softmax(v, np.array([0, 1])))(x)
     with pytest.raises(TypeError, match="bool"):
         jax.jit(lambda v: cusoftmax.softmax(v, where=v))(x)
     with pytest.raises(ValueError, match="length 0"):
         jax.jit(lambda v: cusoftmax.softmax(v))(np.zeros((2, 0), np.float32))
+
+
+SEGMENT_FNS = [(cusoftmax.segment_softmax, TOLERANCE), (cusoftmax.segment_log_softmax,
+                                                        LOG_TOLERANCE),
+               (cusoftmax.segment_logsumexp, LOG_TOLERANCE)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=segment_cases(), data=st.data())
+def test_segments_under_jit_give_the_eager_result(case, data):
+    x, how, groups, _ = case
+    x = x.astype(np.float32)  # JAX without x64 holds no float64
+    count = len(groups)
+    where = None
+    if data.draw(st.booleans()):
+        where = np.random.default_rng(len(x)).random(x.shape) < 0.7
+    kw = {k: v for k, v in how.items() if k != "num_segments"}
+    for fn, table in SEGMENT_FNS:
+        want = fn(x, **how, where=where)
+        got = jax.jit(lambda v, fn=fn: fn(v, **kw, num_segments=count, where=where))(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        check(np.asarray(got), fn(x.astype(np.float64), **how, where=where), x.dtype, table)
+
+
+def test_segment_grads_and_vjps():
+    rng = np.random.default_rng(9)
+    x, dy = rng.normal(size=(40, 2)).astype(np.float32), rng.normal(size=(40, 2))
+    ids = jnp.asarray(rng.integers(-1, 6, 40))
+    for fwd, vjp in ((cusoftmax.segment_softmax, cusoftmax.segment_softmax_vjp),
+                     (cusoftmax.segment_log_softmax, cusoftmax.segment_log_softmax_vjp)):
+        g = jax.grad(lambda v: jnp.sum(dy.astype(np.float32) * fwd(v, ids, num_segments=6)))(x)
+        y = fwd(x.astype(np.float64), np.asarray(ids), num_segments=6)
+        want = vjp(y, dy, np.asarray(ids), num_segments=6)
+        check(np.asarray(g), want, np.float32, VJP_TOLERANCE, of=np.abs(dy) + np.abs(want))
+        got = jax.jit(lambda a, b: vjp(a, b, ids, num_segments=6))(y.astype(np.float32),
+                                                                 dy.astype(np.float32))
+        check(np.asarray(got), want, np.float32, VJP_TOLERANCE, of=np.abs(dy) + np.abs(want))
+
+
+def test_segment_rules_inside_jit():
+    x = _x((6,))
+    with pytest.raises(TypeError, match="num_segments"):
+        jax.jit(lambda v, i: cusoftmax.segment_softmax(v, i))(x, np.zeros(6, np.int32))
+    with pytest.raises(TypeError, match="immutable"):
+        jax.jit(lambda v: cusoftmax.segment_softmax(v, np.zeros(6, int), out=v))(x)
+    with pytest.raises(TypeError, match="integers"):
+        jax.jit(lambda v: cusoftmax.segment_softmax(v, np.zeros(6), num_segments=1))(x)
+    with pytest.raises(ValueError, match="num_segments=3"):
+        jax.jit(lambda v: cusoftmax.segment_softmax(v, offsets=np.array([0, 6]),
+                                                    num_segments=3))(x)
+    batched = jax.vmap(lambda r: cusoftmax.segment_softmax(r, offsets=np.array([0, 2, 6])))(
+        _x((3, 6)))
+    check(np.asarray(batched), cusoftmax.segment_softmax(_x((3, 6)).astype(np.float64),
+                                                         offsets=[0, 2, 6], axis=1),
+          np.float32, TOLERANCE)
