@@ -20,7 +20,7 @@ class OpSpec(NamedTuple):
 
 _ALL = frozenset({"dask", "jax", "torch"})
 _REF = ("state", "normalize")
-_JAX = frozenset({"jax"})
+_SEGMENT_FRONTS = frozenset({"jax", "torch"})
 SPECS = (
     OpSpec("softmax", ("x", "where", "scale"), False, ("softmax",), _REF, _ALL),
     OpSpec("log_softmax", ("x", "where", "scale"), False, ("log_softmax",), _REF, _ALL),
@@ -33,15 +33,15 @@ SPECS = (
     OpSpec("softmax_topk", ("x", "where", "scale"), True, ("softmax", "log_softmax"),
            ("state",), frozenset({"dask", "torch"})),
     OpSpec("segment_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
-           ("state", "normalize"), _JAX),
+           ("state", "normalize"), _SEGMENT_FRONTS),
     OpSpec("segment_log_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
-           ("state", "normalize"), _JAX),
+           ("state", "normalize"), _SEGMENT_FRONTS),
     OpSpec("segment_logsumexp", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
-           ("state", "log_sum"), _JAX),
+           ("state", "log_sum"), _SEGMENT_FRONTS),
     OpSpec("segment_softmax_vjp", ("y", "dy", "segment_ids", "offsets", "where"), True, (),
-           ("vjp_sum", "vjp"), _JAX),
+           ("vjp_sum", "vjp"), _SEGMENT_FRONTS),
     OpSpec("segment_log_softmax_vjp", ("y", "dy", "segment_ids", "offsets", "where"), True, (),
-           ("vjp_sum", "vjp"), _JAX),
+           ("vjp_sum", "vjp"), _SEGMENT_FRONTS),
 )
 OPS = {s.name: s for s in SPECS}
 NAMES = tuple(OPS)

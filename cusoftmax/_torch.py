@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import _args, _family, _topk
+from . import _args, _family, _segment, _topk
 from ._layout import normalize_axes
 
 Tensor = torch.Tensor
@@ -397,3 +397,177 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     _args.int_axis(axis)
     fs, ts = _scales(scale)
     return softmax_topk_op(x, k, axis, bool(log), bool(renormalize), _operand(where, x), fs, ts)
+
+
+# The segment functions: an operator each, the backward by the segment VJP operators.
+
+def _segment_forward(name):
+    def impl(x: Tensor, segment_ids: Optional[Tensor], offsets: Optional[Tensor],
+             num_segments: Optional[int], axis: int, indices_are_sorted: bool,
+             where: Optional[Tensor], scale: Optional[float],
+             scale_tensor: Optional[Tensor]) -> Tensor:
+        fn = getattr(_segment, name)
+
+        def call(x, segment_ids, offsets, where, scale_tensor):
+            return fn(x, segment_ids, offsets=offsets, num_segments=num_segments, axis=axis,
+                      indices_are_sorted=indices_are_sorted, where=where,
+                      scale=_one_scale(scale, scale_tensor))
+
+        return _run(call, (x, segment_ids, offsets, where, scale_tensor))
+
+    impl.__name__ = name
+    return torch.library.custom_op(f"{_LIB}::{name}", impl, mutates_args=())
+
+
+segment_softmax_op = _segment_forward("segment_softmax")
+segment_log_softmax_op = _segment_forward("segment_log_softmax")
+segment_logsumexp_op = _segment_forward("segment_logsumexp")
+
+
+def _segment_count(segment_ids, offsets, num_segments):
+    """The number of segments as the fake functions know it: given, from the offsets' length,
+    or a size only the data fixes."""
+    if num_segments is not None:
+        return num_segments
+    if offsets is not None:
+        return offsets.shape[0] - 1
+    return torch.library.get_ctx().new_dynamic_size()
+
+
+for _op in (segment_softmax_op, segment_log_softmax_op):
+    @_op.register_fake
+    def _(x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where, scale,
+          scale_tensor):
+        return x.new_empty(x.shape, dtype=_result_dtype(x))
+
+
+@segment_logsumexp_op.register_fake
+def _(x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where, scale,
+      scale_tensor):
+    ax = _axes([axis], x.ndim)[0]
+    shape = list(x.shape)
+    shape[ax] = _segment_count(segment_ids, offsets, num_segments)
+    return x.new_empty(shape, dtype=_result_dtype(x))
+
+
+def _segment_vjp_op(name):
+    def impl(y: Tensor, dy: Tensor, segment_ids: Optional[Tensor], offsets: Optional[Tensor],
+             num_segments: Optional[int], axis: int, indices_are_sorted: bool,
+             where: Optional[Tensor]) -> Tensor:
+        fn = getattr(_segment, name)
+
+        def call(y, dy, segment_ids, offsets, where):
+            return fn(y, dy, segment_ids, offsets=offsets, num_segments=num_segments, axis=axis,
+                      indices_are_sorted=indices_are_sorted, where=where)
+
+        return _run(call, (y, dy, segment_ids, offsets, where))
+
+    impl.__name__ = name
+    op = torch.library.custom_op(f"{_LIB}::{name}", impl, mutates_args=())
+
+    @op.register_fake
+    def _(y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where):
+        return y.new_empty(y.shape, dtype=_result_dtype(y))
+
+    return op
+
+
+segment_softmax_vjp_op = _segment_vjp_op("segment_softmax_vjp")
+segment_log_softmax_vjp_op = _segment_vjp_op("segment_log_softmax_vjp")
+
+
+def _save_segment(ctx, inputs, output):
+    x, ids, offsets, count, axis, is_sorted, where, scale, scale_tensor = inputs
+    ctx.args = (count, axis, is_sorted, scale)
+    ctx.save_for_backward(x, ids, offsets, where, scale_tensor, output)
+
+
+def _segment_backward(vjp_op):
+    def backward(ctx, g):
+        x, ids, offsets, where, scale_tensor, y = ctx.saved_tensors
+        count, axis, is_sorted, scale = ctx.args
+        d = vjp_op(y, g, ids, offsets, count, axis, is_sorted, where)  # wrt scale * x
+        if scale_tensor is not None:
+            raise NotImplementedError("the gradient of a segment function with an array "
+                                      "scale is not built: pass a Python float scale")
+        return (d if scale is None else d * scale), None, None, None, None, None, None, None, \
+            None
+
+    return backward
+
+
+def _segment_logsumexp_backward(ctx, g):
+    """d logsumexp(segment) / d x = the segment's softmax, times the segment's g."""
+    x, ids, offsets, where, scale_tensor, _ = ctx.saved_tensors
+    count, axis, is_sorted, scale = ctx.args
+    if scale_tensor is not None:
+        raise NotImplementedError("the gradient of a segment function with an array scale is "
+                                  "not built: pass a Python float scale")
+    p = segment_softmax_op(x, ids, offsets, count, axis, is_sorted, where, scale, None)
+    ax = _axes([axis], x.ndim)[0]
+    n = x.shape[ax]
+    seg = ids if offsets is None else \
+        torch.searchsorted(offsets, torch.arange(n, device=x.device), right=True) - 1
+    inside = (seg >= 0) & (seg < g.shape[ax])
+    ge = g.index_select(ax, torch.where(inside, seg, 0).to(torch.int64))
+    shape = [1] * x.ndim
+    shape[ax] = n
+    ge = torch.where(inside.reshape(shape), ge, torch.zeros((), dtype=ge.dtype, device=ge.device))
+    d = p * ge
+    return (d if scale is None else d * scale), None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd(f"{_LIB}::segment_softmax",
+                                _segment_backward(segment_softmax_vjp_op),
+                                setup_context=_save_segment)
+torch.library.register_autograd(f"{_LIB}::segment_log_softmax",
+                                _segment_backward(segment_log_softmax_vjp_op),
+                                setup_context=_save_segment)
+torch.library.register_autograd(f"{_LIB}::segment_logsumexp", _segment_logsumexp_backward,
+                                setup_context=_save_segment)
+
+
+def _ids(v, like):
+    """segment ids or offsets as an int64 tensor on `like`'s device (or None)."""
+    return None if v is None else _operand(v, like).to(torch.int64)
+
+
+def _segment_public(name, op):
+    def public(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
+               indices_are_sorted=False, where=None, scale=None, out=None):
+        if out is not None:
+            return _eager(getattr(_segment, name), x, segment_ids, out=out, offsets=offsets,
+                          num_segments=num_segments, axis=axis,
+                          indices_are_sorted=indices_are_sorted, where=where, scale=scale)
+        _args.int_axis(axis, name)
+        fs, ts = _scales(scale)
+        return op(x, _ids(segment_ids, x), _ids(offsets, x), num_segments, axis,
+                  bool(indices_are_sorted), _operand(where, x), fs, ts)
+
+    public.__name__ = name
+    return public
+
+
+segment_softmax = _segment_public("segment_softmax", segment_softmax_op)
+segment_log_softmax = _segment_public("segment_log_softmax", segment_log_softmax_op)
+segment_logsumexp = _segment_public("segment_logsumexp", segment_logsumexp_op)
+
+
+def _segment_vjp_public(name, op):
+    def public(y, dy, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
+               indices_are_sorted=False, where=None, out=None):
+        if out is not None:
+            return _eager(getattr(_segment, name), y, _operand(dy, y), segment_ids, out=out,
+                          offsets=offsets, num_segments=num_segments, axis=axis,
+                          indices_are_sorted=indices_are_sorted, where=where)
+        _args.int_axis(axis, name)
+        return op(y, _operand(dy, y), _ids(segment_ids, y), _ids(offsets, y), num_segments,
+                  axis, bool(indices_are_sorted), _operand(where, y))
+
+    public.__name__ = name
+    return public
+
+
+segment_softmax_vjp = _segment_vjp_public("segment_softmax_vjp", segment_softmax_vjp_op)
+segment_log_softmax_vjp = _segment_vjp_public("segment_log_softmax_vjp",
+                                              segment_log_softmax_vjp_op)

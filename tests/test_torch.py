@@ -180,3 +180,51 @@ def test_cuda_stream_graph_and_grad():
     static.copy_(torch.randn(64, 1000, device="cuda"))
     graph.replay()
     torch.testing.assert_close(out, torch.log_softmax(static, -1))
+
+
+IDS = [0, 0, 1, 1, 1, 3, 3, -1, 2, 2, 2, 2]
+
+
+def test_segment_operators():
+    x = _x((12, 2), requires_grad=True)
+    ids, off = torch.tensor(IDS), torch.tensor([1, 4, 4, 9, 12])
+    ops = torch.ops.cusoftmax
+    for args in ((x, ids, None, 4, 0, False, None, None, None),
+                 (x, ids, None, None, 0, False, x.detach() > 0, 0.5, None),
+                 (x, None, off, None, 0, False, None, None, None)):
+        for op in (ops.segment_softmax, ops.segment_log_softmax, ops.segment_logsumexp):
+            torch.library.opcheck(op, args)
+    for op in (ops.segment_softmax_vjp, ops.segment_log_softmax_vjp):
+        torch.library.opcheck(op, (x.detach(), x.detach(), ids, None, 4, 0, False, None))
+    y = cusoftmax.segment_softmax(x, ids, num_segments=4)
+    np.testing.assert_allclose(y.detach().numpy(),
+                               cusoftmax.segment_softmax(x.detach().numpy(), IDS, num_segments=4))
+
+
+def test_segment_gradcheck():
+    x = _x((12, 2), requires_grad=True)
+    ids, off = torch.tensor(IDS), torch.tensor([1, 4, 4, 9, 12])
+    outside = (torch.arange(12) < 1)[:, None]  # log_softmax is -inf there: a finite output
+    cases = [lambda t: cusoftmax.segment_softmax(t, ids, num_segments=4, scale=0.5),
+             lambda t: cusoftmax.segment_log_softmax(t, offsets=off).masked_fill(outside, 0),
+             lambda t: cusoftmax.segment_logsumexp(t, ids, num_segments=4, scale=1.5),
+             lambda t: cusoftmax.segment_logsumexp(t.T, ids, num_segments=4, axis=1)]
+    for f in cases:
+        assert torch.autograd.gradcheck(f, (x,))
+    with pytest.raises(NotImplementedError, match="array scale"):
+        cusoftmax.segment_softmax(x, ids, num_segments=4, scale=torch.ones(4, 1)).sum().backward()
+
+
+def test_segment_compile_fullgraph():
+    x, ids = _x((12, 2), requires_grad=True), torch.tensor(IDS)
+
+    def f(t):
+        return (cusoftmax.segment_softmax(t, ids, num_segments=4) ** 2).sum() + \
+            cusoftmax.segment_logsumexp(t, ids, num_segments=4).sum()
+
+    assert torch._dynamo.explain(f)(x).graph_break_count == 0
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    eager, (g_eager,) = f(x), torch.autograd.grad(f(x), x)
+    got = compiled(x)
+    (g_got,) = torch.autograd.grad(compiled(x), x)
+    torch.testing.assert_close((got, g_got), (eager, g_eager))
