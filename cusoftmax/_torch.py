@@ -43,7 +43,7 @@ def _tensor(a):
     a = np.asarray(a)  # a NumPy scalar too
     if not a.flags.c_contiguous:
         a = a.copy()
-    if a.dtype.name == "bfloat16":
+    if a.dtype.kind == "V":  # ml_dtypes' bfloat16 (an opaque kind to NumPy)
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
@@ -111,6 +111,25 @@ def _one_scale(fs, ts):
     return fs if ts is None else ts
 
 
+_IMPLS: dict = {}  # each operator -> its function (for calls that need no dispatcher)
+
+
+def _register(name: str, fn):
+    """``fn`` as the operator ``cusoftmax::<name>`` (no input mutated)."""
+    op = torch.library.custom_op(f"{_LIB}::{name}", fn, mutates_args=())
+    _IMPLS[op] = fn
+    return op
+
+
+def _dispatch(op, *args):
+    """`op` through torch's dispatcher where autograd records it or torch.compile traces it,
+    else its function itself: the dispatcher costs some 35 us a call on 2 CPU cores."""
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+        return op(*args)
+    return _IMPLS[op](*args)
+
+
 def _result_dtype(t: Tensor) -> torch.dtype:
     """softmax's result dtype for tensor `t`: floats keep theirs, integers promote as
     ``numpy.exp`` (``_args.result_dtype``)."""
@@ -128,23 +147,27 @@ def _axes(axis, ndim):
 
 # The forward ops.
 
-@torch.library.custom_op(f"{_LIB}::softmax", mutates_args=())
-def softmax_op(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
-               scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
+def _softmax_impl(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
+                  scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
     return _run(_normalize_fn("softmax"), (x, where, scale_tensor), axis=axis, scale=scale)
 
 
-@torch.library.custom_op(f"{_LIB}::log_softmax", mutates_args=())
-def log_softmax_op(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
-                   scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
+softmax_op = _register("softmax", _softmax_impl)
+
+
+def _log_softmax_impl(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
+                      scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
     return _run(_normalize_fn("log_softmax"), (x, where, scale_tensor), axis=axis, scale=scale)
+
+
+log_softmax_op = _register("log_softmax", _log_softmax_impl)
 
 
 def _normalize_fn(op):
     fn = getattr(_family, op)
 
     def call(x, where, scale_tensor, *, axis, scale):
-        axis = None if axis is None else tuple(axis)
+        axis = _eager_axis(axis)
         return fn(x, axis, where=where, scale=_one_scale(scale, scale_tensor))
 
     return call
@@ -160,15 +183,17 @@ def _(x, axis, where, scale, scale_tensor):
     return x.new_empty(x.shape, dtype=_result_dtype(x))
 
 
-@torch.library.custom_op(f"{_LIB}::logsumexp", mutates_args=())
-def logsumexp_op(a: Tensor, axis: Optional[list[int]], b: Optional[Tensor], keepdims: bool,
-                 where: Optional[Tensor], scale: Optional[float],
-                 scale_tensor: Optional[Tensor]) -> Tensor:
+def _logsumexp_impl(a: Tensor, axis: Optional[list[int]], b: Optional[Tensor], keepdims: bool,
+                    where: Optional[Tensor], scale: Optional[float],
+                    scale_tensor: Optional[Tensor]) -> Tensor:
     def call(a, b, where, scale_tensor):
-        return _family.logsumexp(a, None if axis is None else tuple(axis), b, keepdims,
+        return _family.logsumexp(a, _eager_axis(axis), b, keepdims,
                                  where=where, scale=_one_scale(scale, scale_tensor))
 
     return _run(call, (a, b, where, scale_tensor))
+
+
+logsumexp_op = _register("logsumexp", _logsumexp_impl)
 
 
 @logsumexp_op.register_fake
@@ -180,23 +205,27 @@ def _(a, axis, b, keepdims, where, scale, scale_tensor):
     return a.new_empty(kept, dtype=_result_dtype(a))
 
 
-@torch.library.custom_op(f"{_LIB}::softmax_vjp", mutates_args=())
-def softmax_vjp_op(y: Tensor, dy: Tensor, axis: Optional[list[int]],
-                   where: Optional[Tensor]) -> Tensor:
+def _softmax_vjp_impl(y: Tensor, dy: Tensor, axis: Optional[list[int]],
+                      where: Optional[Tensor]) -> Tensor:
     return _run(_vjp_fn("softmax_vjp", axis), (y, dy, where))
 
 
-@torch.library.custom_op(f"{_LIB}::log_softmax_vjp", mutates_args=())
-def log_softmax_vjp_op(y: Tensor, dy: Tensor, axis: Optional[list[int]],
-                       where: Optional[Tensor]) -> Tensor:
+softmax_vjp_op = _register("softmax_vjp", _softmax_vjp_impl)
+
+
+def _log_softmax_vjp_impl(y: Tensor, dy: Tensor, axis: Optional[list[int]],
+                          where: Optional[Tensor]) -> Tensor:
     return _run(_vjp_fn("log_softmax_vjp", axis), (y, dy, where))
+
+
+log_softmax_vjp_op = _register("log_softmax_vjp", _log_softmax_vjp_impl)
 
 
 def _vjp_fn(op, axis):
     fn = getattr(_family, op)
 
     def call(y, dy, where):
-        return fn(y, dy, None if axis is None else tuple(axis), where=where)
+        return fn(y, dy, _eager_axis(axis), where=where)
 
     return call
 
@@ -211,15 +240,17 @@ def _(y, dy, axis, where):
     return y.new_empty(y.shape, dtype=_result_dtype(y))
 
 
-@torch.library.custom_op(f"{_LIB}::softmax_topk", mutates_args=())
-def softmax_topk_op(x: Tensor, k: int, axis: int, log: bool, renormalize: bool,
-                    where: Optional[Tensor], scale: Optional[float],
-                    scale_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+def _softmax_topk_impl(x: Tensor, k: int, axis: int, log: bool, renormalize: bool,
+                       where: Optional[Tensor], scale: Optional[float],
+                       scale_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     def call(x, where, scale_tensor):
         return _topk.softmax_topk(x, k, axis, log=log, renormalize=renormalize, where=where,
                                   scale=_one_scale(scale, scale_tensor))
 
     return _run(call, (x, where, scale_tensor))
+
+
+softmax_topk_op = _register("softmax_topk", _softmax_topk_impl)
 
 
 @softmax_topk_op.register_fake
@@ -359,7 +390,15 @@ def _normalized(name, op, x, axis, where, scale, out, method):
         return _eager(getattr(_family, name), x, axis, out=out, where=where, scale=scale,
                       method=method)
     fs, ts = _scales(scale)
-    return op(x, _axis(_one_tuple(axis)), _operand(where, x), fs, ts)
+    return _dispatch(op, x, _axis(_one_tuple(axis)), _operand(where, x), fs, ts)
+
+
+def _eager_axis(axis):
+    """The ops' axis list as the eager functions take it: one axis as an int (their fast path
+    of calls seen before keys ints), several as a tuple, None for all."""
+    if axis is None:
+        return None
+    return axis[0] if len(axis) == 1 else tuple(axis)
 
 
 def _one_tuple(axis):
@@ -373,20 +412,22 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
         return _eager(_family.logsumexp, a, axis, b, keepdims, return_sign, out=out,
                       where=where, scale=scale)
     fs, ts = _scales(scale)
-    return logsumexp_op(a, _axis(_one_tuple(axis)), _operand(b, a), bool(keepdims),
-                        _operand(where, a), fs, ts)
+    return _dispatch(logsumexp_op, a, _axis(_one_tuple(axis)), _operand(b, a), bool(keepdims),
+                     _operand(where, a), fs, ts)
 
 
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if out is not None:
         return _eager(_family.softmax_vjp, y, _operand(dy, y), axis, out=out, where=where)
-    return softmax_vjp_op(y, _operand(dy, y), _axis(_one_tuple(axis)), _operand(where, y))
+    return _dispatch(softmax_vjp_op, y, _operand(dy, y), _axis(_one_tuple(axis)),
+                     _operand(where, y))
 
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if out is not None:
         return _eager(_family.log_softmax_vjp, y, _operand(dy, y), axis, out=out, where=where)
-    return log_softmax_vjp_op(y, _operand(dy, y), _axis(_one_tuple(axis)), _operand(where, y))
+    return _dispatch(log_softmax_vjp_op, y, _operand(dy, y), _axis(_one_tuple(axis)),
+                     _operand(where, y))
 
 
 def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, scale=None,
@@ -396,7 +437,8 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
                       renormalize=renormalize, where=where, scale=scale)
     _args.int_axis(axis)
     fs, ts = _scales(scale)
-    return softmax_topk_op(x, k, axis, bool(log), bool(renormalize), _operand(where, x), fs, ts)
+    return _dispatch(softmax_topk_op, x, k, axis, bool(log), bool(renormalize),
+                     _operand(where, x), fs, ts)
 
 
 # The segment functions: an operator each, the backward by the segment VJP operators.
@@ -416,7 +458,7 @@ def _segment_forward(name):
         return _run(call, (x, segment_ids, offsets, where, scale_tensor))
 
     impl.__name__ = name
-    return torch.library.custom_op(f"{_LIB}::{name}", impl, mutates_args=())
+    return _register(name, impl)
 
 
 segment_softmax_op = _segment_forward("segment_softmax")
@@ -463,7 +505,7 @@ def _segment_vjp_op(name):
         return _run(call, (y, dy, segment_ids, offsets, where))
 
     impl.__name__ = name
-    op = torch.library.custom_op(f"{_LIB}::{name}", impl, mutates_args=())
+    op = _register(name, impl)
 
     @op.register_fake
     def _(y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where):
@@ -541,8 +583,8 @@ def _segment_public(name, op):
                           indices_are_sorted=indices_are_sorted, where=where, scale=scale)
         _args.int_axis(axis, name)
         fs, ts = _scales(scale)
-        return op(x, _ids(segment_ids, x), _ids(offsets, x), num_segments, axis,
-                  bool(indices_are_sorted), _operand(where, x), fs, ts)
+        return _dispatch(op, x, _ids(segment_ids, x), _ids(offsets, x), num_segments, axis,
+                         bool(indices_are_sorted), _operand(where, x), fs, ts)
 
     public.__name__ = name
     return public
@@ -561,8 +603,8 @@ def _segment_vjp_public(name, op):
                           offsets=offsets, num_segments=num_segments, axis=axis,
                           indices_are_sorted=indices_are_sorted, where=where)
         _args.int_axis(axis, name)
-        return op(y, _operand(dy, y), _ids(segment_ids, y), _ids(offsets, y), num_segments,
-                  axis, bool(indices_are_sorted), _operand(where, y))
+        return _dispatch(op, y, _operand(dy, y), _ids(segment_ids, y), _ids(offsets, y),
+                         num_segments, axis, bool(indices_are_sorted), _operand(where, y))
 
     public.__name__ = name
     return public
