@@ -338,7 +338,8 @@ class Segmented(NamedTuple):
     order: Any
     lo: int
     hi: int
-    over: Any  # _composed.Segments
+    over: Any  # _composed.Segments, or _composed.Scattered (with `inside`)
+    inside: Any = None  # with Scattered: whether each position is in a segment (None: all)
 
 
 def _index_array(a, name: str, op: str):
@@ -384,12 +385,14 @@ def count_rule(num_segments, op: str) -> int | None:
     return count
 
 
-def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op: str) -> Segmented:
+def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op: str,
+              scatter=False) -> Segmented:
     """The segments of an axis of length `n`, given by `segment_ids` (one a position; those
     outside ``[0, num_segments)`` belong to none) or by CSR `offsets` (segment i is positions
     ``offsets[i]`` to ``offsets[i + 1]``; those before ``offsets[0]`` or from ``offsets[-1]``
-    on belong to none). Unsorted ids cost a stable sort (ties keep their order)."""
-    from ._composed import Segments
+    on belong to none). ``scatter``: as each position's id (``Scattered``), in place; else in
+    segment order (``Segments``), unsorted ids by a stable sort (ties keep their order)."""
+    from ._composed import Scattered, Segments
 
     count = count_rule(num_segments, op)
     segments_given(segment_ids, offsets, op)
@@ -404,8 +407,13 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
             raise ValueError(f"{op}: offsets must be non-decreasing, from at least 0 to at "
                              f"most the axis length {n}")
         lengths = np.diff(off)
-        filled = np.flatnonzero(lengths)
         lo, hi = int(off[0]), int(off[-1])
+        if scatter:
+            ids = np.zeros(n, np.int64)
+            ids[lo:hi] = np.repeat(np.arange(off.size - 1), lengths)
+            inside = None if (lo, hi) == (0, n) else (np.arange(n) >= lo) & (np.arange(n) < hi)
+            return Segmented(None, 0, n, Scattered(off.size - 1, ids, inside), inside)
+        filled = np.flatnonzero(lengths)
         return Segmented(None, lo, hi,
                          Segments(off.size - 1, filled, off[filled] - lo, lengths[filled]))
     ids = _index_array(segment_ids, "segment_ids", op)
@@ -416,6 +424,11 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
         raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
     if count is None:
         count = max(int(ids.max()) + 1, 0) if n else 0
+    if scatter:
+        inside = (ids >= 0) & (ids < count)
+        if inside.all():
+            return Segmented(None, 0, n, Scattered(count, ids, None))
+        return Segmented(None, 0, n, Scattered(count, np.where(inside, ids, 0), inside), inside)
     order = None if is_sorted else _stable_order(ids, count)
     if order is not None:
         ids = ids[order]

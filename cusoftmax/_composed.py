@@ -105,6 +105,30 @@ class Segments(NamedTuple):
         return xp.repeat(r[self.filled], self.lengths, axis=0)
 
 
+class Scattered(NamedTuple):
+    """Segments given by each position's id along axis 0, in any order: the reducer
+    ``Segments`` is for ids in order, by ``ufunc.at`` (positions in order, so deterministic).
+    Positions of no segment hold id 0 here and are left out by the caller's mask."""
+
+    count: int  # the number of segments, empty ones included
+    ids: Any  # each position's segment (int64), 0 for a position of none
+    inside: Any  # whether each position is in a segment (bool), or None for all
+
+    def reduce(self, xp, ufunc: str, a, identity, dtype=None):
+        out = xp.full((self.count,) + a.shape[1:], identity, dtype or a.dtype)
+        a = a.astype(out.dtype, copy=False)  # ufunc.at's fast loop needs one dtype
+        if self.inside is None:
+            getattr(xp, ufunc).at(out, self.ids, a)
+        else:
+            getattr(xp, ufunc).at(out, self.ids[self.inside], a[self.inside])
+        return out
+
+    def expand(self, xp, r):
+        if self.count == 0:  # no segment: every position is left out
+            return xp.zeros((len(self.ids),) + r.shape[1:], r.dtype)
+        return r[self.ids]
+
+
 def scaled(xp, x, scale, compute):
     """``scale * x`` rounded to the compute type (the values every function works on). A Python or
     NumPy scalar stays on the host: no transfer to the device for it."""
@@ -125,7 +149,7 @@ def _kept(xp, where, b):
     return xp.logical_and(where, nonzero)
 
 
-def state(xp, x, axes, *, where=None, scale=None, b=None, over: Segments | None = None) -> State:
+def state(xp, x, axes, *, where=None, scale=None, b=None, over: Segments | Scattered | None = None) -> State:
     """The :class:`State` of each slice of ``scale * x`` over `axes`, or of each segment.
 
     Parameters
@@ -250,7 +274,7 @@ def log_sum(xp, st: State, return_sign=False, *, dtype=None):
 
 
 def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None,
-              over: Segments | None = None):
+              over: Segments | Scattered | None = None):
     """Each element of `x` from its slice's final state: the softmax or the log_softmax.
 
     ``softmax``: ``exp(v - m) / (c + s)``; a slice whose maximum is +inf (or NaN, or whose kept
@@ -359,7 +383,7 @@ def _store(xp, y, dtype, out):
     return out
 
 
-def vjp_sum(xp, y, dy, axes, *, where=None, log=False, over: Segments | None = None):
+def vjp_sum(xp, y, dy, axes, *, where=None, log=False, over: Segments | Scattered | None = None):
     """The slice's total of the backward pass, keepdims shape, in the accumulation type:
     ``sum(dy * y)`` (softmax) or ``sum(dy)`` (``log=True``, log_softmax), masked positions left
     out.
