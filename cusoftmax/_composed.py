@@ -330,32 +330,47 @@ def normalize(xp, op, x, st, axes, *, where=None, scale=None, out=None,
     return _store(xp, y, x.dtype, out)
 
 
-def direct(xp, op, x, axes, *, where=None, scale=None):
-    """softmax, log_softmax or logsumexp (keepdims) of each slice in one max, one sum of
-    ``exp(v - m)`` and the map, without the (m, c, s) split: for a compiler that fuses array
-    operations (XLA), fewer of them. Sums accumulate in the compute type. The NaN and inf rules
-    come from the arithmetic: the shift ``m`` is 0 where the max is not finite (so +inf gives
-    ``inf - inf`` = NaN at +inf and an infinite sum, NaN a NaN sum, all -inf a sum of 0);
-    softmax divides by the sum (NaN for any such slice, as SciPy), log_softmax and logsumexp
-    take its log. A log_softmax's largest entry is ``-log(1 + s)``, not ``-log1p(s)``: within
-    the log bound, not to the last bit."""
+def direct(xp, op, x, axes, *, where=None, scale=None, over: Segments | Scattered | None = None,
+           acc=None):
+    """softmax, log_softmax or logsumexp (keepdims; with `over` one value a segment) of each
+    slice or segment in one max, one sum of ``exp(v - m)`` and the map, without the (m, c, s)
+    split: fewer array operations than ``state`` and ``normalize``. Sums accumulate in `acc`
+    (default the compute type). The NaN and inf rules come from the arithmetic: softmax shifts
+    by the max (+inf gives ``inf - inf`` = NaN, a NaN max NaN, all -inf ``-inf - -inf`` = NaN:
+    the whole slice NaN, as SciPy); log_softmax and logsumexp shift by 0 where the max is not
+    finite (+inf: NaN at +inf and an infinite sum, -inf elsewhere; all -inf: a sum of 0). A
+    log_softmax's largest entry is ``-log(1 + s)``, not ``-log1p(s)``: within the log bound,
+    not to the last bit."""
     compute, _ = compute_types(x.dtype)
     inf = compute.type(np.inf)
+    if over is None:
+        def total(a):
+            return xp.sum(a, axis=axes, keepdims=True, dtype=acc).astype(compute, copy=False)
+
+        def each(r):
+            return r
+    else:
+        def total(a):
+            return over.reduce(xp, "add", a, 0, acc).astype(compute, copy=False)
+
+        def each(r):
+            return over.expand(xp, r)
     with _quiet():
         v = scaled(xp, x, scale, compute)
         if where is not None:
             v = xp.where(where, v, -inf)
-        m = xp.max(v, axis=axes, keepdims=True, initial=-inf)
+        m = xp.max(v, axis=axes, keepdims=True, initial=-inf) if over is None else \
+            over.reduce(xp, "maximum", v, -inf)
         if op == "softmax":
-            t = xp.exp(v - m)
-            y = t / xp.sum(t, axis=axes, keepdims=True)
+            t = xp.exp(v - each(m))
+            y = t / each(total(t))
             masked = compute.type(0)
         else:
             m = xp.where(xp.isfinite(m), m, compute.type(0))
-            lse = xp.log(xp.sum(xp.exp(v - m), axis=axes, keepdims=True))
+            lse = xp.log(total(xp.exp(v - each(m))))
             if op == "logsumexp":
                 return (m + lse).astype(x.dtype)
-            y = (v - m) - lse
+            y = (v - each(m)) - each(lse)
             masked = -inf
         if where is not None:
             y = xp.where(where, y, masked)

@@ -1,10 +1,11 @@
 """Softmax over segments: the family on ragged groups of positions along one axis, each group
 (a node's incoming edges, a molecule's states, a cluster's members) normalised on its own.
 
-A segment's result is the family's on the segment alone: the (m, c, s) state of ``_composed``
-reduced over each segment (``_composed.Segments``: NumPy's ``reduceat``, one pass a reduction)
-instead of over an axis, then the family's per-element map, so its NaN, inf and `where` rules
-are softmax's. Positions of no segment give what a masked position gives (0, -inf, a zero
+A segment's result is the family's on the segment alone: ``_composed``'s reductions over each
+segment instead of over an axis (``Segments``: ``reduceat`` over segments in order, several
+columns; ``Scattered``: ``ufunc.at`` in place, one column; record segment-2), softmax by
+``direct`` (one max, one sum), log_softmax and logsumexp by the (m, c, s) state that keeps the
+dominant term apart; the family's NaN, inf and `where` rules. Positions of no segment give what a masked position gives (0, -inf, a zero
 gradient). Computed on the host with NumPy; a GPU array is copied to the host and the result
 back (no segment kernel yet). Inside JAX transformations the public functions send JAX tracers
 to ``_jax``'s segment functions (XLA's segment reductions).
@@ -328,31 +329,14 @@ def _normalized(op, x, segment_ids, offsets, num_segments, axis, indices_are_sor
     family = op.removeprefix("segment_")
     w, s = _operands(c, seg, _segment_shape(c, seg))
     part = xm[seg.lo:seg.hi]
-    if family == "softmax":
-        y = _softmax(part, seg.over, w, s)
-    else:
+    if family == "softmax":  # one max and one sum: no dominant term to keep apart
+        y = C.direct(np, family, part, (0,), where=w, scale=s, over=seg.over,
+                     acc=C.compute_types(c.dtype)[1])
+    else:  # the largest entry -log1p(s / c) to the last bit, as log_softmax's
         st = C.state(np, part, (0,), where=w, scale=s, over=seg.over)
         y = C.normalize(np, family, part, st, (0,), where=w, scale=s, over=seg.over)
     fill = 0 if family == "softmax" else -np.inf
     return _finish(c, out, res, _scatter(c, seg, y, fill, res))
-
-
-def _softmax(x, over, where, scale):
-    """Each segment's softmax from its max and its whole sum ``sum(exp(v - m))``, 1s of the
-    max included: softmax needs no (m, c, s) split (that keeps log_softmax's and logsumexp's
-    dominant term), so 7 passes over the positions instead of the state's 15. The rules come
-    out of the arithmetic: m = +inf or NaN gives a NaN in the sum and all NaN, m = -inf (all
-    kept values -inf) gives NaN from -inf - -inf, and masked positions are -inf, then 0."""
-    compute, acc = C.compute_types(x.dtype)
-    with np.errstate(all="ignore"):
-        v = C.scaled(np, x, scale, compute)
-        if where is not None:
-            v = np.where(where, v, -np.inf)
-        t = np.exp(v - over.expand(np, over.reduce(np, "maximum", v, -np.inf)))
-        y = t / over.expand(np, over.reduce(np, "add", t, 0, acc)).astype(compute)
-        if where is not None:
-            y = np.where(where, y, 0)
-    return y.astype(x.dtype, copy=False)
 
 
 def _vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where, out):
