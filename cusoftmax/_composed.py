@@ -55,7 +55,7 @@ _COMPUTE: dict = {}  # dtype -> (compute type, accumulation type)
 
 def _compute_types(dtype: np.dtype) -> tuple[np.dtype, np.dtype]:
     if dtype.itemsize >= 8:
-        own = dtype.newbyteorder("=")
+        own = np.dtype(dtype.type)  # native, NumPy's own descriptor (_args.native)
         return own, own
     return np.dtype(np.float32), np.dtype(np.float64)
 
