@@ -151,6 +151,16 @@ def test_out_and_method():
     assert torch.all(sign == -1)
 
 
+def test_meta_tensors_take_the_fake_functions():
+    x = torch.empty(3, 5, device="meta")
+    y = cusoftmax.log_softmax(x)
+    assert y.device.type == "meta" and y.shape == (3, 5)
+    v, i = cusoftmax.softmax_topk(x, 2)
+    assert v.shape == i.shape == (3, 2) and i.dtype == torch.int64
+    assert cusoftmax.segment_logsumexp(x, torch.zeros(3, dtype=torch.int64, device="meta"),
+                                       num_segments=4).shape == (4, 5)
+
+
 def test_errors_reach_the_caller():
     with pytest.raises(TypeError, match="complex"):
         cusoftmax.softmax(torch.ones(3, dtype=torch.complex64))
