@@ -1,7 +1,8 @@
 """Each public operation, declared once: its array arguments (the input first), what its axis
 is, the kernels' operations it runs (``planning.EPILOGUES``' names), its reference in
-``_composed`` and the fronts that take it. The argument rules (``_args``), the public module's
-names and the tests read these; the kernel side's own declarations are ``planning.common``'s
+``_composed`` and the fronts that take it. The argument rules (``_args``) and the public
+functions' choice of front (``_api``) read these, and tests/test_ops.py checks ``__all__`` and
+every front against them; the kernel side's own declarations are ``planning.common``'s
 (epilogues, fused types, loads)."""
 
 from __future__ import annotations
