@@ -162,7 +162,8 @@ def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 # The segment functions: jax.ops's segment reductions (XLA's scatter), the shift and the map
 # as ``_composed.direct``'s; `num_segments` must be a static int where the ids are traced.
 
-def _segments(op, x, segment_ids, offsets, num_segments, axis, where=None, scale=None, dy=None):
+def _segments(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where=None,
+              scale=None, dy=None):
     """(x in its result dtype with `axis` first, the ids of its positions, whether they are
     sorted, the number of segments, where and scale in that layout (a scale a position),
     dy likewise), by the segment functions' rules."""
@@ -174,6 +175,11 @@ def _segments(op, x, segment_ids, offsets, num_segments, axis, where=None, scale
     ax = axes[0]
     n = x.shape[ax]
     count = _args.count_rule(num_segments, op)
+    given = segment_ids if offsets is None else offsets
+    if not is_traced(given):  # values known while tracing: the host's rules on them, each one
+        _args.segmented(None if offsets is not None else np.asarray(segment_ids),
+                        None if offsets is None else np.asarray(offsets), num_segments, n,
+                        indices_are_sorted, op)
     if offsets is not None:
         off = jnp.asarray(offsets)
         _args.index_rule(off, "offsets", op)
@@ -221,9 +227,11 @@ def _per_position(ids, count, lead):
     return jnp.where(inside, ids, 0), inside.reshape((ids.shape[0],) + (1,) * lead)
 
 
-def _segment_map(op, x, segment_ids, offsets, num_segments, axis, where, scale):
+def _segment_map(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
+                 scale):
     xm, ids, is_sorted, count, w, s, _, ax = _segments(op, x, segment_ids, offsets,
-                                                       num_segments, axis, where, scale)
+                                                       num_segments, axis, indices_are_sorted,
+                                                       where, scale)
     compute, _ = C.compute_types(xm.dtype)
     inf = compute.type(np.inf)
     if count == 0:  # no segment: nothing to gather from
@@ -255,28 +263,30 @@ def _segment_map(op, x, segment_ids, offsets, num_segments, axis, where, scale):
 def segment_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
                     indices_are_sorted=False, where=None, scale=None, out=None):
     _no_out(out)
-    return _segment_map("segment_softmax", x, segment_ids, offsets, num_segments, axis, where,
-                        scale)
+    return _segment_map("segment_softmax", x, segment_ids, offsets, num_segments, axis,
+                        indices_are_sorted, where, scale)
 
 
 def segment_log_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
                         indices_are_sorted=False, where=None, scale=None, out=None):
     _no_out(out)
     return _segment_map("segment_log_softmax", x, segment_ids, offsets, num_segments, axis,
-                        where, scale)
+                        indices_are_sorted, where, scale)
 
 
 def segment_logsumexp(x, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
                       indices_are_sorted=False, where=None, scale=None, out=None):
     _no_out(out)
     return _segment_map("segment_logsumexp", x, segment_ids, offsets, num_segments, axis,
-                        where, scale)
+                        indices_are_sorted, where, scale)
 
 
-def _segment_vjp(op, y, dy, segment_ids, offsets, num_segments, axis, where, out):
+def _segment_vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
+                 out):
     _no_out(out)
     ym, ids, is_sorted, count, w, _, g, ax = _segments(op, y, segment_ids, offsets,
-                                                       num_segments, axis, where, dy=dy)
+                                                       num_segments, axis, indices_are_sorted,
+                                                       where, dy=dy)
     compute, _ = C.compute_types(ym.dtype)
     if count == 0:  # no segment: every gradient 0
         return jnp.moveaxis(jnp.zeros(ym.shape, ym.dtype), 0, ax)
@@ -293,13 +303,13 @@ def _segment_vjp(op, y, dy, segment_ids, offsets, num_segments, axis, where, out
 def segment_softmax_vjp(y, dy, segment_ids=None, *, offsets=None, num_segments=None, axis=0,
                         indices_are_sorted=False, where=None, out=None):
     return _segment_vjp("segment_softmax_vjp", y, dy, segment_ids, offsets, num_segments, axis,
-                        where, out)
+                        indices_are_sorted, where, out)
 
 
 def segment_log_softmax_vjp(y, dy, segment_ids=None, *, offsets=None, num_segments=None,
                             axis=0, indices_are_sorted=False, where=None, out=None):
     return _segment_vjp("segment_log_softmax_vjp", y, dy, segment_ids, offsets, num_segments,
-                        axis, where, out)
+                        axis, indices_are_sorted, where, out)
 
 
 def _no_out(out):

@@ -187,6 +187,11 @@ def test_segment_rules_inside_jit():
         jax.jit(lambda v: cusoftmax.segment_softmax(v, np.zeros(6, int), out=v))(x)
     with pytest.raises(TypeError, match="integers"):
         jax.jit(lambda v: cusoftmax.segment_softmax(v, np.zeros(6), num_segments=1))(x)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        jax.jit(lambda v: cusoftmax.segment_softmax(v, offsets=np.array([0, 4, 2, 6])))(x)
+    with pytest.raises(ValueError, match="not sorted"):
+        jax.jit(lambda v: cusoftmax.segment_softmax(v, np.array([1, 0, 0, 0, 0, 0]),
+                                                    indices_are_sorted=True))(x)
     with pytest.raises(ValueError, match="num_segments=3"):
         jax.jit(lambda v: cusoftmax.segment_softmax(v, offsets=np.array([0, 6]),
                                                     num_segments=3))(x)
