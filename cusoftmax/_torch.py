@@ -475,7 +475,8 @@ segment_logsumexp_op = _segment_forward("segment_logsumexp")
 
 def _segment_count(segment_ids, offsets, num_segments):
     """The number of segments as the fake functions know it: given, from the offsets' length,
-    or a size only the data fixes."""
+    or a size only the data fixes (torch 2.13's AOT autograd fails on such a result: pass
+    num_segments under torch.compile there)."""
     if num_segments is not None:
         return num_segments
     if offsets is not None:

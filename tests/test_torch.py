@@ -199,11 +199,18 @@ def test_segment_operators():
     x = _x((12, 2), requires_grad=True)
     ids, off = torch.tensor(IDS), torch.tensor([1, 4, 4, 9, 12])
     ops = torch.ops.cusoftmax
+    old_torch = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14)
     for args in ((x, ids, None, 4, 0, False, None, None, None),
                  (x, ids, None, None, 0, False, x.detach() > 0, 0.5, None),
                  (x, None, off, None, 0, False, None, None, None)):
         for op in (ops.segment_softmax, ops.segment_log_softmax, ops.segment_logsumexp):
-            torch.library.opcheck(op, args)
+            utils = ["test_schema", "test_autograd_registration", "test_faketensor",
+                     "test_aot_dispatch_dynamic"]
+            if op is ops.segment_logsumexp and args[2] is None and args[3] is None and old_torch:
+                # a result of data-dependent size under AOT autograd: torch 2.13's partitioner
+                # fails on it ("sym_size_int was invalid, but is output"), 2.14.1 passes
+                utils.remove("test_aot_dispatch_dynamic")
+            torch.library.opcheck(op, args, test_utils=utils)
     for op in (ops.segment_softmax_vjp, ops.segment_log_softmax_vjp):
         torch.library.opcheck(op, (x.detach(), x.detach(), ids, None, 4, 0, False, None))
     y = cusoftmax.segment_softmax(x, ids, num_segments=4)
