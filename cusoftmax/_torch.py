@@ -65,17 +65,26 @@ def _on_torch_stream(t):
         yield
 
 
+class _TorchBlock:
+    """A block of torch's caching allocator, given back when CuPy's memory that owns it goes."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __del__(self):
+        torch.cuda.caching_allocator_delete(self.ptr)
+
+
 def _torch_allocator(device: int, stream):
     """A CuPy allocator over ``torch.cuda.caching_allocator_alloc``: each block goes back to
     torch when CuPy lets go of its memory."""
-    import weakref
-
     import cupy
 
     def alloc(size):
         ptr = torch.cuda.caching_allocator_alloc(max(size, 1), device, stream)
-        mem = cupy.cuda.UnownedMemory(ptr, size, None, device)
-        weakref.finalize(mem, torch.cuda.caching_allocator_delete, ptr)
+        mem = cupy.cuda.UnownedMemory(ptr, size, _TorchBlock(ptr), device)
         return cupy.cuda.MemoryPointer(mem, 0)
 
     return alloc
@@ -85,9 +94,9 @@ def _run(fn, arrays, **kw):
     """``fn`` (an eager function of the family) on tensors: CUDA ones as they are (DLPack), CPU
     ones as NumPy views; the result(s) as new tensors."""
     first = arrays[0]
-    if first.device.type == "cuda":
+    if first.device.type == "cuda":  # DLPack exports no tensor that requires grad
         with _on_torch_stream(first):
-            res = fn(*arrays, **kw)
+            res = fn(*(None if a is None else a.detach() for a in arrays), **kw)
     else:
         res = fn(*(_host(a) for a in arrays), **kw)
     return tuple(map(_tensor, res)) if isinstance(res, tuple) else _tensor(res)
