@@ -35,6 +35,9 @@ FILES = {
     "topk_lanes": "topk.cu",
     "topk_block": "topk.cu",
     "normalize": "normalize.cu",
+    "segment_tiles": "segment.cu",
+    "segment_fold": "segment.cu",
+    "segment_fixup": "segment.cu",
 }
 C_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 LANGUAGE = ("-std=c++17",)
@@ -78,6 +81,7 @@ def instantiations(clusters: bool = True):
     """Every (kernel, dtype name, template, ops) the library can launch (``clusters``: with the
     cluster kernels, sm_90 and newer)."""
     from . import planning
+    from .planning import segment
 
     for load, op in ((load, op) for load, ops in planning.LOADS.items() for op in ops):
         for dtype_name in planning.FUSED_TYPES[op]:
@@ -92,6 +96,10 @@ def instantiations(clusters: bool = True):
             for kernel, template in made:
                 if kernel in planning.LOAD_KERNELS.get(load, (kernel,)):
                     yield kernel, dtype_name, tuple(template), planning.ops_of(op, load)
+    for dtype_name in segment.TYPES:
+        itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
+        for kernel, ops, template in segment.templates(itemsize, TUNING):
+            yield kernel, dtype_name, template, ops
 
 
 def name_expression(kernel: str, dtype_name: str, template, ops=OPS) -> str:

@@ -564,6 +564,7 @@ def test_plans_know_their_launch_arguments():
 
 def test_name_expressions_take_the_load_and_epilogue():
     from cusoftmax import _kernels
+    from cusoftmax.planning import segment
 
     p = rows_plan(32, 4, 4)
     assert _kernels.name_expression(p.kernel, "float32", p.template, p.ops) == \
@@ -573,7 +574,8 @@ def test_name_expressions_take_the_load_and_epilogue():
     assert set(_kernels.FILES) == {k for isz in (2, 4, 8)
                                    for k, _ in (*d.templates(isz), *d.reduce_templates(isz),
                                                 *d.vjp_templates(isz), *d.topk_templates(isz),
-                                                *d.normalize_templates(isz))}
+                                                *d.normalize_templates(isz))} | {
+        k for isz in (2, 4, 8) for k, _, _ in segment.templates(isz, t)}
 
 
 def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
