@@ -349,18 +349,21 @@ class Segmented(NamedTuple):
     inside: Any = None  # with Scattered: whether each position is in a segment (None: all)
 
 
-def _index_array(a, name: str, op: str):
-    """A 1-d host array of integers (not bool), as int64."""
+def _index_array(a, name: str, op: str, device=False):
+    """A 1-d array of integers (not bool): on the host as int64, or (`device`) a CuPy array of
+    int32 or int64 (other integers as int64)."""
     given = a
     a = _arrays.adapt(a).array
     if a.size == 0 and not hasattr(given, "dtype"):  # [] is float64 to NumPy
         a = a.astype(np.int64)
     index_rule(a, name, op)
-    if not isinstance(a, np.ndarray):  # a GPU array: its few integers come to the host
+    if device:
+        a = _arrays.cupy_or_none().asarray(a)
+    elif not isinstance(a, np.ndarray):  # a GPU array: its few integers come to the host
         a = a.get()
     if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
         raise ValueError(f"{op}: {name} holds values past int64")
-    return a.astype(np.int64, copy=False)
+    return a if device and a.dtype in (np.int32, np.int64) else a.astype(np.int64, copy=False)
 
 
 def index_rule(a, name: str, op: str) -> None:
@@ -405,14 +408,7 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
     segments_given(segment_ids, offsets, op)
     if offsets is not None:
         off = _index_array(offsets, "offsets", op)
-        if off.size == 0:
-            raise ValueError(f"{op}: offsets needs at least one entry (num_segments + 1)")
-        if count is not None and count != off.size - 1:
-            raise ValueError(f"{op}: num_segments={count} but offsets has {off.size} entries "
-                             f"(num_segments + 1)")
-        if off[0] < 0 or off[-1] > n or np.any(off[1:] < off[:-1]):
-            raise ValueError(f"{op}: offsets must be non-decreasing, from at least 0 to at "
-                             f"most the axis length {n}")
+        offsets_rule(off, n, count, op, np)
         lengths = np.diff(off)
         lo, hi = int(off[0]), int(off[-1])
         if scatter:
@@ -424,13 +420,7 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
         return Segmented(None, lo, hi,
                          Segments(off.size - 1, filled, off[filled] - lo, lengths[filled]))
     ids = _index_array(segment_ids, "segment_ids", op)
-    if ids.size != n:
-        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
-    is_sorted = not np.any(ids[1:] < ids[:-1])
-    if indices_are_sorted and not is_sorted:
-        raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
-    if count is None:
-        count = max(int(ids.max()) + 1, 0) if n else 0
+    is_sorted, count = ids_rule(ids, n, count, indices_are_sorted, op, np)
     if scatter:
         inside = (ids >= 0) & (ids < count)
         if inside.all():
@@ -444,6 +434,61 @@ def segmented(segment_ids, offsets, num_segments, n: int, indices_are_sorted, op
     starts = np.flatnonzero(np.concatenate(([True], inside[1:] != inside[:-1]))[:hi - lo])
     lengths = np.diff(np.append(starts, hi - lo))
     return Segmented(order, lo, hi, Segments(count, inside[starts], starts, lengths))
+
+
+def offsets_rule(off, n: int, count, op: str, xp) -> None:
+    """CSR offsets (of NumPy or CuPy): num_segments + 1 of them, non-decreasing, in [0, n]."""
+    if off.size == 0:
+        raise ValueError(f"{op}: offsets needs at least one entry (num_segments + 1)")
+    if count is not None and count != off.size - 1:
+        raise ValueError(f"{op}: num_segments={count} but offsets has {off.size} entries "
+                         f"(num_segments + 1)")
+    if bool(xp.any(off[:1] < 0) | xp.any(off[-1:] > n) | xp.any(off[1:] < off[:-1])):
+        raise ValueError(f"{op}: offsets must be non-decreasing, from at least 0 to at "
+                         f"most the axis length {n}")
+
+
+def ids_rule(ids, n: int, count, indices_are_sorted, op: str, xp) -> tuple[bool, int]:
+    """(whether `ids` (of NumPy or CuPy) are sorted, the number of segments: `count`, or
+    ``max(ids) + 1``); one an axis position, sorted where `indices_are_sorted` promises."""
+    if ids.size != n:
+        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
+    is_sorted = not bool(xp.any(ids[1:] < ids[:-1]))
+    if indices_are_sorted and not is_sorted:
+        raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
+    if count is None:
+        count = max(int(ids.max()) + 1, 0) if n else 0
+    return is_sorted, count
+
+
+class DeviceSegments(NamedTuple):
+    """The segments of a segment call's axis for the kernels: sorted ids or CSR offsets on the
+    device (int32 or int64), and the positions in segment order (None: as they lie)."""
+
+    array: Any
+    count: int
+    offsets: bool
+    order: Any = None
+
+
+def device_segments(segment_ids, offsets, num_segments, n: int, indices_are_sorted,
+                    op: str) -> DeviceSegments:
+    """``segmented``'s rules on the device. Unsorted ids are put in order by one sort of the
+    unique keys ``(clip(id, -1, count) + 1) * n + position`` (ties keep their order), which
+    gives both the sorted ids and the order."""
+    count = count_rule(num_segments, op)
+    segments_given(segment_ids, offsets, op)
+    if offsets is not None:
+        off = _index_array(offsets, "offsets", op, device=True)
+        offsets_rule(off, n, count, op, _arrays.cupy_or_none())
+        return DeviceSegments(off, off.size - 1, True)
+    cp = _arrays.cupy_or_none()
+    ids = _index_array(segment_ids, "segment_ids", op, device=True)
+    is_sorted, count = ids_rule(ids, n, count, indices_are_sorted, op, cp)
+    if is_sorted:
+        return DeviceSegments(ids, count, False)
+    key = cp.sort((cp.clip(ids, -1, count) + 1).astype(np.int64) * n + cp.arange(n))
+    return DeviceSegments(key // n - 1, count, False, key % n)
 
 
 def _stable_order(ids, count: int):

@@ -5,13 +5,17 @@ A segment's result is the family's on the segment alone: ``_composed``'s reducti
 segment instead of over an axis (``Segments``: ``reduceat`` over segments in order, several
 columns; ``Scattered``: ``ufunc.at`` in place, one column; record segment-2), softmax by
 ``direct`` (one max, one sum), log_softmax and logsumexp by the (m, c, s) state that keeps the
-dominant term apart; the family's NaN, inf and `where` rules. Positions of no segment give what a masked position gives (0, -inf, a zero
-gradient). Computed on the host with NumPy; a GPU array is copied to the host and the result
-back (no segment kernel yet). Inside JAX transformations the public functions send JAX tracers
+dominant term apart; the family's NaN, inf and `where` rules. Positions of no segment give
+what a masked position gives (0, -inf, a zero gradient). GPU arrays go to the segment kernels
+(``planning/segment.py``: softmax, log_softmax and logsumexp of rows of up to 8 elements, no
+`where`, a scalar scale); the rest is computed on the host with NumPy, a GPU array copied to
+the host and the result back. Inside JAX transformations the public functions send JAX tracers
 to ``_jax``'s segment functions (XLA's segment reductions).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -160,8 +164,13 @@ def segment_logsumexp(x, segment_ids=None, *, offsets=None, num_segments=None, a
     >>> cusoftmax.segment_logsumexp(np.log([1.0, 3.0, 2.0]), np.array([0, 0, 2]))
     array([1.38629436,       -inf, 0.69314718])
     """
-    c, seg, xm = _prepared("segment_logsumexp", x, segment_ids, offsets, num_segments, axis,
-                           indices_are_sorted, where, scale)
+    c = _checked("segment_logsumexp", x, axis, where)
+    if c.src.on_gpu:
+        done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale,
+                          out)
+        if done is not None:
+            return done
+    c, seg, xm = _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale)
     ax = c.axes[0]
     shape = _segment_shape(c, seg)
     res = _args.check_out(out, c.src, shape, c.dtype)
@@ -241,11 +250,14 @@ def segment_log_softmax_vjp(y, dy, segment_ids=None, *, offsets=None, num_segmen
                 indices_are_sorted, where, out)
 
 
-def _prepared(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
-              scale=None, dy=None):
+def _checked(op, x, axis, where, dy=None):
+    return _args.prepare(x, axis, None, None, op, empty_ok=True, where=where, dy=dy)
+
+
+def _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale=None):
     """(the checked call, its segments, x on the host in its result dtype with `axis` first and
     its positions in segment order). Every rule runs before anything is computed."""
-    c = _args.prepare(x, axis, None, None, op, empty_ok=True, where=where, dy=dy)
+    op = c.op
     ax = _args.one_axis(axis, c)
     n = c.array.shape[ax]
     # One value a position along the axis: NumPy's ufunc.at reduces in place faster than
@@ -323,8 +335,13 @@ def _finish(c, out, dst, res):
 
 def _normalized(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
                 scale, out):
-    c, seg, xm = _prepared(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted,
-                           where, scale)
+    c = _checked(op, x, axis, where)
+    if c.src.on_gpu:
+        done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale,
+                          out)
+        if done is not None:
+            return done
+    c, seg, xm = _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale)
     res = _args.check_out(out, c.src, c.array.shape, c.dtype)
     family = op.removeprefix("segment_")
     w, s = _operands(c, seg, _segment_shape(c, seg))
@@ -340,8 +357,8 @@ def _normalized(op, x, segment_ids, offsets, num_segments, axis, indices_are_sor
 
 
 def _vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where, out):
-    c, seg, ym = _prepared(op, y, segment_ids, offsets, num_segments, axis, indices_are_sorted,
-                           where, dy=dy)
+    c, seg, ym = _prepared(_checked(op, y, axis, where, dy), segment_ids, offsets, num_segments,
+                           axis, indices_are_sorted)
     res = _args.check_out(out, c.src, c.array.shape, c.dtype)
     log = op == "segment_log_softmax_vjp"
     w, _ = _operands(c, seg, None)
@@ -349,3 +366,55 @@ def _vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted
     total = C.vjp_sum(np, yp, gp, (0,), where=w, log=log, over=seg.over)
     dx = C.vjp(np, yp, gp, seg.over.expand(np, total), where=w, log=log)
     return _finish(c, out, res, _scatter(c, seg, dx, 0, res))
+
+
+def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale, out):
+    """The segment kernels' result for a call on a GPU array (planning/segment.py), or None
+    where they cannot take it (the host computes it)."""
+    from . import _kernels, planning
+    from .planning import segment as plans
+
+    ax = _args.one_axis(axis, c)
+    shape = c.array.shape
+    n = shape[ax]
+    cols = math.prod(shape) // n if n else 0
+    if (c.where is not None or c.dtype.name not in plans.TYPES or plans.width(cols) is None
+            or n == 0 or not (scale is None or _args.scalar_scale(scale))
+            or not math.isfinite(1.0 if scale is None else float(scale))):
+        return None
+    xp, tuning = c.xp, planning.active()
+    with c.device:
+        seg = _args.device_segments(segment_ids, offsets, num_segments, n, indices_are_sorted,
+                                    c.op)
+        p = plans.plan(c.op, n, cols, seg.count, c.dtype.itemsize, seg.array.dtype, seg.offsets,
+                       True, tuning)
+        if p is None:
+            return None
+        moved = (n,) + shape[:ax] + shape[ax + 1:]
+        lse = c.op == "segment_logsumexp"
+        res = _args.check_out(out, c.src, shape[:ax] + (seg.count,) + shape[ax + 1:] if lse
+                              else shape, c.dtype)
+        xm = xp.moveaxis(c.array, ax, 0).astype(c.dtype, copy=False)
+        if seg.order is not None:
+            xm = xm[seg.order]
+        xm = xp.ascontiguousarray(xm).reshape(n, cols)
+        if xm.data.ptr % 16:  # the kernels' 16-byte loads
+            xm = xm.copy()
+        y = (xp.full((seg.count, cols), -np.inf, c.dtype) if lse
+             else xp.empty((n, cols), c.dtype))
+        work = xp.empty(p.workspace, np.uint8)
+        word = _kernels.load_word("Scaled", 1.0 if scale is None else scale)
+        device = c.array.device.id
+        _kernels.bind(p.tiles, None, c.dtype.name, device, tuning)(xm, seg.array, y, work,
+                                                                     load=word)
+        _kernels.bind(p.fold, None, c.dtype.name, device, tuning)(y, work)
+        if p.fixup is not None:
+            _kernels.bind(p.fixup, None, c.dtype.name, device, tuning)(xm, work, y, load=word)
+        if lse:
+            y = xp.moveaxis(y.reshape((seg.count,) + moved[1:]), 0, ax)
+        else:
+            if seg.order is not None:
+                ordered, y = y, xp.empty_like(y)
+                y[seg.order] = ordered
+            y = xp.moveaxis(y.reshape(moved), 0, ax)
+        return _finish(c, out, res, y)

@@ -335,10 +335,82 @@ def test_gpu_arrays_give_the_hosts_results():
         assert isinstance(y, cupy.ndarray)
         assert_same_bits(y, fn(x, ids, where=where))
     out = cupy.empty(x.shape, np.float32)
-    assert cusoftmax.segment_softmax(cupy.asarray(x), ids, out=out) is out
-    assert_same_bits(out, cusoftmax.segment_softmax(x, ids))
+    assert cusoftmax.segment_softmax(cupy.asarray(x), ids, out=out) is out  # the kernels
+    check(out, ref_segments("softmax", x.astype(np.float64), members(ids)), "float32", TOLERANCE)
     assert_same_bits(to_host(cusoftmax.segment_softmax_vjp(out, out, ids)),
                      cusoftmax.segment_softmax_vjp(to_host(out), to_host(out), ids))
+
+
+def _lengths(kind, rng):
+    """Segment lengths: short ones (0 to 6), ones past a tile (up to 40,000), or a mix with
+    one segment of 300,000 rows (a tile is 256 threads' 1 to 16 rows)."""
+    if kind == "short":
+        return rng.integers(0, 7, 3000)
+    if kind == "long":
+        return rng.integers(3000, 40_000, 8)
+    return np.concatenate([rng.integers(0, 40, 500), [300_000], rng.integers(1, 5000, 20),
+                           rng.integers(0, 3, 2000)])
+
+
+@requires_gpu
+@pytest.mark.parametrize("lengths", ["short", "long", "mixed"])
+@pytest.mark.parametrize("given", ["sorted", "shuffled", "offsets"])
+@pytest.mark.parametrize("cols", [1, 3, 8])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"] + (["bf16"] if BF16 else []))
+def test_kernels_match_scipy(dtype, cols, given, lengths, monkeypatch):
+    """The segment kernels (no host fallback) against SciPy float64 of each segment, with ids
+    outside the segments at both ends (or offsets that leave rows out), int32 and int64."""
+    import cupy
+
+    dtype = BF16 if dtype == "bf16" else np.dtype(dtype)
+    monkeypatch.setattr(_segment, "_prepared", None)  # the host path would fail
+    rng = np.random.default_rng(hash((str(dtype), cols, given, lengths)) % 2**32)
+    lens = _lengths(lengths, rng)
+    count = lens.size
+    ids = np.concatenate([[-1] * 5, np.repeat(np.arange(count), lens), [count + 2] * 3])
+    n = ids.size
+    x = rng.normal(scale=3.0, size=(n, cols) if cols > 1 else n).astype(dtype)
+    v = x.astype(np.float64)
+    id_type = np.int32 if cols != 3 else np.int64
+    if given == "offsets":
+        offsets = np.concatenate([[5], 5 + np.cumsum(lens)]).astype(id_type)
+        kw, groups = {"offsets": cupy.asarray(offsets)}, members(offsets=offsets)
+    else:
+        use = ids if given == "sorted" else rng.permutation(ids)
+        kw = {"segment_ids": cupy.asarray(use.astype(id_type)), "num_segments": count}
+        groups = members(use, count=count)
+        ids = use
+    scale = 0.75 if lengths == "mixed" else None
+    xc = cupy.asarray(x)
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        fn = getattr(cusoftmax, f"segment_{op}")
+        y = fn(xc, **kw, scale=scale)
+        table = TOLERANCE if op == "softmax" else LOG_TOLERANCE
+        ref = ref_segments(op, v, groups, scale=scale)
+        check(y, ref, dtype, table)
+        assert_same_bits(y, fn(xc, **kw, scale=scale))  # deterministic
+
+
+@requires_gpu
+def test_kernels_special_values_and_other_axes(monkeypatch):
+    """NaN, +inf and -inf in segments, an empty segment, and the axis not first."""
+    import cupy
+
+    monkeypatch.setattr(_segment, "_prepared", None)
+    x = np.array([1.0, inf, 2.0, nan, 0.5, -inf, -inf, 3.0, -inf, 2.0], np.float32)
+    ids = np.array([0, 0, 1, 1, 2, 3, 3, 5, 6, 6])
+    groups = members(ids, count=7)
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        y = getattr(cusoftmax, f"segment_{op}")(cupy.asarray(x), cupy.asarray(ids), num_segments=7)
+        ref = ref_segments(op, x.astype(np.float64), groups)
+        np.testing.assert_array_equal(np.isnan(to_host(y)), np.isnan(ref))
+        fin = ~np.isnan(ref)
+        np.testing.assert_allclose(to_host(y)[fin], ref[fin], rtol=1e-5, atol=1e-6)
+    x2 = np.random.default_rng(3).normal(size=(4, 300)).astype(np.float32)
+    ids2 = np.repeat(np.arange(30), 10)
+    y = cusoftmax.segment_softmax(cupy.asarray(x2), cupy.asarray(ids2), axis=1)
+    ref = ref_segments("softmax", x2.T.astype(np.float64), members(ids2)).T
+    check(y, ref, np.float32, TOLERANCE)
 
 
 @pytest.mark.parametrize("count", [50, 70_000])
@@ -357,3 +429,26 @@ def test_many_segments_unsorted(count):
     assert not y[order][~inside].any()
     flat = cusoftmax.segment_softmax(x[:, 0], ids, num_segments=count)  # in place, no sort
     np.testing.assert_allclose(flat, y[:, 0], rtol=1e-12, atol=0)  # other summation order
+
+
+@pytest.mark.parametrize("dtype, itemsize", [("float32", 4), ("float64", 8), ("bfloat16", 2)])
+def test_kernel_plans(dtype, itemsize):
+    """The segment kernels take rows of 1 to 8 elements, int32 and int64 ids or offsets, and
+    name only instantiations the library compiles; wider rows, other index types or a
+    misaligned x go to the host."""
+    from cusoftmax import _kernels
+    from cusoftmax.planning import TUNING, segment
+
+    compiled = {(k, d, t, o) for k, d, t, o in _kernels.instantiations()}
+    for op in segment.EPILOGUES:
+        for cols in range(1, 9):
+            for ids in (np.int32, np.int64):
+                for offsets in (False, True):
+                    p = segment.plan(op, 100_000, cols, 77, itemsize, ids, offsets, True, TUNING)
+                    assert p is not None and p.tiles.grid * p.tiles.block * p.tiles.rows >= 100_000
+                    for launch in (p.tiles, p.fold, p.fixup):
+                        if launch is not None:
+                            assert (launch.kernel, dtype, launch.template, launch.ops) in compiled
+        assert segment.plan(op, 100, 9, 3, itemsize, np.int64, False, True, TUNING) is None
+        assert segment.plan(op, 100, 2, 3, itemsize, np.int16, False, True, TUNING) is None
+        assert segment.plan(op, 100, 2, 3, itemsize, np.int64, False, False, TUNING) is None

@@ -1,4 +1,6 @@
-"""``python -m cusoftmax.bench --segments``: the segment functions on the host (NumPy arrays)
+"""``python -m cusoftmax.bench --segments``: on a GPU, the segment kernels against PyG's softmax
+and JAX's segment_max / segment_sum chain under jax.jit (``gpu_main``); else the segment
+functions on the host (NumPy arrays)
 against the chain a graph library runs (scatter-max, gather, subtract and exp, scatter-add,
 gather, divide; here NumPy's ``ufunc.at``), and against ``jax.ops.segment_max`` /
 ``segment_sum`` under ``jax.jit`` on JAX's CPU backend where JAX imports. Segment lengths follow
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import _progress, format_table
+from .common import Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table
 from .report import write_table
 
 SEGMENT_OPS = ("segment_softmax", "segment_log_softmax", "segment_logsumexp")
@@ -70,6 +72,13 @@ def _jax_chain(op, count, sorted_ids):
 
 
 def main(args) -> int:
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return gpu_main(args)
+    except (ImportError, RuntimeError):  # no CuPy or no GPU: the host table
+        pass
     import cusoftmax
 
     repeat = args.repeat or 7
@@ -122,5 +131,147 @@ def main(args) -> int:
     write_table(Path(args.out), "segments-host",
                 {"kind": "segments", "op": "segment functions", "variant": "host",
                  "device": "host CPU", "date": time.strftime("%Y-%m-%d"), "legend": legend},
+                head, rows)
+    return 0
+
+
+# The issue's GPU shapes: (name, elements, heads, segment lengths of rng)
+GPU_EDGES = 2**24
+ZIPF_CAP = 2**17
+
+
+def zipf_lengths(rng, total: int, cap: int = ZIPF_CAP) -> np.ndarray:
+    """Segment lengths summing to `total`, Zipf-distributed (exponent 2), capped at `cap`."""
+    out, got = [], 0
+    while got < total:
+        d = np.minimum(rng.zipf(2.0, 1 << 16), cap)
+        out.append(d)
+        got += int(d.sum())
+    d = np.concatenate(out)
+    d = d[:np.searchsorted(np.cumsum(d), total) + 1]
+    d[-1] -= int(d.sum()) - total
+    return d[d > 0]
+
+
+def gpu_cases(rng, edges: int):
+    return (("mean 16", edges, 1, np.full(edges // 16, 16)),
+            ("mean 128", edges, 1, np.full(edges // 128, 128)),
+            ("Zipf", edges, 1, zipf_lengths(rng, edges)),
+            ("Zipf x 8 heads", edges // 4, 8, zipf_lengths(rng, edges // 4)))
+
+
+def _peers(op, count, heads, torch, jx):
+    """name -> fn(x_torch, ids_torch, x_jax, ids_jax) -> result, for the peers present."""
+    out = {}
+    if torch is not None and op == "segment_softmax":
+        try:
+            from torch_geometric.utils import softmax as pyg_softmax
+
+            out["PyG"] = lambda xt, it, xj, ij: pyg_softmax(xt, it, num_nodes=count)
+        except ImportError:
+            pass
+    if jx is not None:
+        jax, jnp = jx
+        for srt in (True, False):
+            def f(x, ids, srt=srt):
+                m = jax.ops.segment_max(x, ids, count, indices_are_sorted=srt)
+                m = jnp.where(jnp.isfinite(m), m, 0)
+                e = jnp.exp(x - m[ids])
+                s = jax.ops.segment_sum(e, ids, count, indices_are_sorted=srt)
+                if op == "segment_logsumexp":
+                    return m + jnp.log(s)
+                return e / s[ids] if op == "segment_softmax" else x - m[ids] - jnp.log(s[ids])
+
+            jitted = jax.jit(f)
+            out["JAX sorted" if srt else "JAX"] = (lambda xt, it, xj, ij, g=jitted: g(xj, ij))
+    return out
+
+
+def gpu_main(args) -> int:
+    """The segment kernels on the GPU: sorted ids, offsets and shuffled ids (the sort counted)
+    against the peers; kernel time by events (JAX's by wall time: its own stream), fraction of
+    a copy of the bytes moved (x read, y written, the ids read)."""
+    import cupy
+
+    import cusoftmax
+
+    torch, jx = _gpu_torch(), _gpu_jax()
+    timer = Timer(cupy, args.repeat or 20)
+    dtypes = args.dtypes.split(",") if args.dtypes else ["float32", "bfloat16"]
+    edges = args.total or GPU_EDGES
+    ops = [args.op] if args.op and args.op.startswith("segment_") else list(SEGMENT_OPS)
+    rng = np.random.default_rng(0)
+    head = ["op", "dtype", "case", "segments", "ids", "ours us", "of copy", "wall us",
+            "PyG us", "JAX us", "PyG/ours", "JAX/ours"]
+    rows = []
+    for name, n, heads, lengths in gpu_cases(rng, edges):
+        count = len(lengths)
+        sorted_ids = np.repeat(np.arange(count), lengths)
+        shuffled = rng.permutation(sorted_ids)
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        for dt in dtypes:
+            dtype = _dtype(cupy, dt)
+            shape = (n,) if heads == 1 else (n, heads)
+            x = cupy.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+            for op in ops:
+                fn = getattr(cusoftmax, op)
+                peers = _peers(op, count, heads, torch, jx)
+                for ids_name, ids in (("sorted", sorted_ids), ("offsets", None),
+                                      ("shuffled", shuffled)):
+                    _progress(f"{op} {dt} {name} {ids_name}")
+                    if ids is None:
+                        off = cupy.asarray(offsets)
+                        call = lambda: fn(x, offsets=off)
+                        id_bytes = 0
+                    else:
+                        ic = cupy.asarray(ids)
+                        call = lambda: fn(x, ic, num_segments=count)
+                        id_bytes = ic.nbytes
+                    out_bytes = x.nbytes if op != "segment_logsumexp" else \
+                        count * heads * dtype.itemsize
+                    # a copy of half the bytes moved reads and writes them all
+                    floor = timer.copy(cupy.empty((x.nbytes + out_bytes + id_bytes) // 2, np.uint8))
+                    ours = timer.events(call)
+                    wall = timer.wall(call, lambda r: cupy.cuda.Device().synchronize())
+                    got = {}
+                    if ids is not None:
+                        xt = it = xj = ij = None
+                        if torch is not None:
+                            xt, it = torch.as_tensor(x.astype(np.float32), device="cuda"), \
+                                torch.as_tensor(ic, device="cuda")
+                            if dt == "bfloat16":
+                                xt = xt.to(torch.bfloat16)
+                        if jx is not None:
+                            jnp = jx[1]
+                            xj = jnp.asarray(x.astype(np.float32).get()).astype(
+                                jnp.bfloat16 if dt == "bfloat16" else jnp.float32)
+                            ij = jnp.asarray(ids.astype(np.int32))
+                        for peer, pf in peers.items():
+                            if peer.startswith("JAX"):
+                                if (peer == "JAX sorted") != (ids_name == "sorted"):
+                                    continue
+                                got["JAX"] = timer.wall(
+                                    lambda pf=pf: pf(xt, it, xj, ij),
+                                    lambda r: r.block_until_ready())
+                            else:
+                                got[peer] = timer.events(lambda pf=pf: pf(xt, it, xj, ij))
+                    pyg, jaxt = got.get("PyG"), got.get("JAX")
+                    rows.append([op, dt, name, str(count), ids_name, f"{ours:.1f}",
+                                 f"{floor / ours:.2f}",
+                                 f"{wall:.1f}",
+                                 "n/a" if pyg is None else f"{pyg:.1f}",
+                                 "n/a" if jaxt is None else f"{jaxt:.1f}",
+                                 "n/a" if pyg is None else f"{pyg / ours:.1f}",
+                                 "n/a" if jaxt is None else f"{jaxt / ours:.1f}"])
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    legend = (f"The segment kernels on {device}: {edges} elements (the heads case a quarter, 8 "
+              f"columns), median of {timer.repeat}; 'of copy': a device copy's time of the "
+              f"bytes moved (x read, y written, the ids read) over ours; wall: back-to-back "
+              f"calls; PyG and JAX (jit; wall time) on the same ids; shuffled: ours sorts. "
+              f"{_versions()}")
+    print(f"\n{legend}\n{format_table(head, rows)}")
+    write_table(Path(args.out), "segments-gpu",
+                {"kind": "segments", "op": "segment functions", "variant": "gpu",
+                 "device": device, "date": time.strftime("%Y-%m-%d"), "legend": legend},
                 head, rows)
     return 0
