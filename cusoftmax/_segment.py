@@ -357,8 +357,13 @@ def _normalized(op, x, segment_ids, offsets, num_segments, axis, indices_are_sor
 
 
 def _vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where, out):
-    c, seg, ym = _prepared(_checked(op, y, axis, where, dy), segment_ids, offsets, num_segments,
-                           axis, indices_are_sorted)
+    c = _checked(op, y, axis, where, dy)
+    if c.src.on_gpu:
+        done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, None,
+                          out)
+        if done is not None:
+            return done
+    c, seg, ym = _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted)
     res = _args.check_out(out, c.src, c.array.shape, c.dtype)
     log = op == "segment_log_softmax_vjp"
     w, _ = _operands(c, seg, None)
@@ -394,22 +399,19 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
         lse = c.op == "segment_logsumexp"
         res = _args.check_out(out, c.src, shape[:ax] + (seg.count,) + shape[ax + 1:] if lse
                               else shape, c.dtype)
-        xm = xp.moveaxis(c.array, ax, 0).astype(c.dtype, copy=False)
-        if seg.order is not None:
-            xm = xm[seg.order]
-        xm = xp.ascontiguousarray(xm).reshape(n, cols)
-        if xm.data.ptr % 16:  # the kernels' 16-byte loads
-            xm = xm.copy()
+        xm = _rows(xp, c.array, c.dtype, ax, seg.order, n, cols)
+        gm = xm if c.dy is None else _rows(xp, c.dy, c.dtype, ax, seg.order, n, cols)
         y = (xp.full((seg.count, cols), -np.inf, c.dtype) if lse
              else xp.empty((n, cols), c.dtype))
         work = xp.empty(p.workspace, np.uint8)
         word = _kernels.load_word("Scaled", 1.0 if scale is None else scale)
         device = c.array.device.id
-        _kernels.bind(p.tiles, None, c.dtype.name, device, tuning)(xm, seg.array, y, work,
+        _kernels.bind(p.tiles, None, c.dtype.name, device, tuning)(xm, gm, seg.array, y, work,
                                                                      load=word)
         _kernels.bind(p.fold, None, c.dtype.name, device, tuning)(y, work)
         if p.fixup is not None:
-            _kernels.bind(p.fixup, None, c.dtype.name, device, tuning)(xm, work, y, load=word)
+            _kernels.bind(p.fixup, None, c.dtype.name, device, tuning)(xm, gm, work, y,
+                                                                      load=word)
         if lse:
             y = xp.moveaxis(y.reshape((seg.count,) + moved[1:]), 0, ax)
         else:
@@ -418,3 +420,13 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
                 y[seg.order] = ordered
             y = xp.moveaxis(y.reshape(moved), 0, ax)
         return _finish(c, out, res, y)
+
+
+def _rows(xp, a, dtype, ax, order, n, cols):
+    """`a` as the kernels read it: `ax` first, in segment order, `n` contiguous rows of `cols`,
+    16-byte aligned (their vector loads)."""
+    a = xp.moveaxis(a, ax, 0).astype(dtype, copy=False)
+    if order is not None:
+        a = a[order]
+    a = xp.ascontiguousarray(a).reshape(n, cols)
+    return a.copy() if a.data.ptr % 16 else a

@@ -3,7 +3,8 @@
 // i with offsets[i] <= r < offsets[i + 1]); rows whose key lies outside [0, nseg) belong to none.
 // Each column of a segment is one softmax.
 //
-// Three launches over tiles of SEGMENT_THREADS * ROWS rows (a thread holds ROWS consecutive
+// The op (Op) is SegmentForward<Ep> (softmax, log_softmax, logsumexp) or SegmentBackward<V> (the
+// two VJPs: y and dy in, a plain sum a segment). Three launches over tiles of SEGMENT_THREADS * ROWS rows (a thread holds ROWS consecutive
 // rows; ROWS and COLS from cusoftmax/planning/segment.py):
 //   segment_tiles  one read of x and of the keys: each thread folds its runs of equal keys, the
 //                  block joins runs across threads by a segmented scan forward (the running
@@ -82,14 +83,66 @@ template <typename C, int COLS> struct SegmentState {
     }
 };
 
+// A plain sum a column (the backward passes' sum over a segment); identity 0.
+template <typename C, int COLS> struct SegmentSum {
+    C s[COLS];
+    __device__ void clear() {
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) s[c] = C(0);
+    }
+    __device__ void merge(const SegmentSum& o) {
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) s[c] += o.s[c];
+    }
+    __device__ SegmentSum up(int o) const {
+        SegmentSum r;
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) r.s[c] = __shfl_up_sync(0xffffffffu, s[c], o);
+        return r;
+    }
+    __device__ SegmentSum down(int o) const {
+        SegmentSum r;
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) r.s[c] = __shfl_down_sync(0xffffffffu, s[c], o);
+        return r;
+    }
+};
+
+// What a segment kernel computes, from one input (x) or two (y and dy): its state a segment,
+// an element's term in it, an element's output from the segment's state, a row of no segment's.
+// The forward ops: Ep of ops.cuh (Softmax, LogSoftmax; LogSumExp writes one value a segment).
+template <class Ep> struct SegmentForward {
+    static constexpr int INPUTS = 1;
+    static constexpr bool LSE = SegmentTerm<Ep>::LSE;
+    template <typename C, int COLS> using State = SegmentState<C, COLS>;
+    template <typename C, int COLS> __device__ static void push(State<C, COLS>& s, int c, C x, C) {
+        s.template push<Ep>(c, x);
+    }
+    template <typename C, int COLS> __device__ static C out(const State<C, COLS>& s, int c, C x, C);
+    template <typename C> __device__ static C excluded() { return Ep::template masked<C>(); }
+};
+// The backward passes: V of ops.cuh (SoftmaxVjp, LogSoftmaxVjp), x the forward's y, g its dy.
+template <class V> struct SegmentBackward {
+    static constexpr int INPUTS = 2;
+    static constexpr bool LSE = false;
+    template <typename C, int COLS> using State = SegmentSum<C, COLS>;
+    template <typename C, int COLS> __device__ static void push(State<C, COLS>& s, int c, C y, C g) {
+        s.s[c] += V::term(y, g);
+    }
+    template <typename C, int COLS> __device__ static C out(const State<C, COLS>& s, int c, C y, C g) {
+        return V::out(y, g, s.s[c]);
+    }
+    template <typename C> __device__ static C excluded() { return C(0); }
+};
+
 // The workspace: for each tile, meta[4] (first key, last key, open flags (1 head, 2 tail), the
 // head segment's end row | the tail segment's first row << 32), then the states: the tile's
 // part of its head and tail segments, their totals (segment_fold).
 struct SegmentWork {
     long long* meta;
     unsigned char* states;
-    template <typename C, int COLS> __device__ SegmentState<C, COLS>* at(long long tile, int which) const {
-        return reinterpret_cast<SegmentState<C, COLS>*>(states) + 4 * tile + which;
+    template <class St> __device__ St* at(long long tile, int which) const {
+        return reinterpret_cast<St*>(states) + 4 * tile + which;
     }
 };
 __device__ inline SegmentWork segment_work(unsigned char* work, long long tiles) {
@@ -118,6 +171,10 @@ template <class Ep, typename C> __device__ inline C segment_out(C x, C m, C d) {
     const C k = Ep::constant(m, d);
     return Ep::template apply<false>(x, m, m, k);
 }
+template <class Ep> template <typename C, int COLS>
+__device__ C SegmentForward<Ep>::out(const State<C, COLS>& s, int c, C x, C) {
+    return segment_out<Ep>(x, s.m[c], s.d[c]);
+}
 // logsumexp of a state: m + log(d); -inf for a segment of only -inf; +inf and NaN pass through d.
 template <typename C> __device__ inline C segment_lse(C m, C d) {
     return m == neg_inf<C>() ? m : m + log_sum(C(1), d - C(1));
@@ -140,17 +197,43 @@ template <typename T, int N> __device__ inline void load_elements(const T* p, lo
     }
 }
 
-// segment_tiles: x (n rows of cols <= COLS elements, 16-byte aligned), seg (ids or offsets of I),
-// y (x's shape; logsumexp: nseg rows of cols, filled with -inf beforehand), work (SegmentWork of
-// the tiles). One block a tile.
-template <class Ep, typename T, typename I, int COLS, int ROWS>
-__global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_tiles(const T* x, const I* seg, T* y, unsigned char* work, long long n, long long cols,
-                  long long nseg, long long offsets, double scale) {
+// The rows [row0, row0 + ROWS) of x (n rows of cols <= COLS elements) in the compute type,
+// times `scale`; -inf past the end.
+template <typename T, int COLS, int ROWS>
+__device__ inline void load_rows(const T* x, long long row0, long long n, long long cols, double scale,
+                                 compute_t<T> (&v)[ROWS][COLS]) {
     using C = compute_t<T>;
-    using St = SegmentState<C, COLS>;
+    const long long avail = n > row0 ? (n - row0) * cols : 0;
+    C flat[ROWS * COLS];
+    if (cols == COLS) {
+        load_elements<T, ROWS * COLS>(x + row0 * cols, avail, flat);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS * COLS; ++i) flat[i] = neg_inf<C>();
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+            for (int c = 0; c < COLS; ++c)
+                if (c < cols && (r * cols + c) < avail) flat[r * COLS + c] = Traits<T>::in(bits(x)[(row0 + r) * cols + c]);
+    }
+    const C f = C(scale);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) v[r][c] = scale == 1.0 ? flat[r * COLS + c] : mul_rn(flat[r * COLS + c], f);
+}
+
+// segment_tiles: x (n rows of cols <= COLS elements, 16-byte aligned) and, for a backward pass, g
+// (dy, as x), seg (ids or offsets of I), y (x's shape; logsumexp: nseg rows of cols, filled with
+// -inf beforehand), work (SegmentWork of the tiles). One block a tile.
+template <class Op, typename T, typename I, int COLS, int ROWS>
+__global__ void __launch_bounds__(SEGMENT_THREADS)
+    segment_tiles(const T* x, const T* g, const I* seg, T* y, unsigned char* work, long long n,
+                  long long cols, long long nseg, long long offsets, double scale) {
+    using C = compute_t<T>;
+    using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
-    constexpr bool LSE = SegmentTerm<Ep>::LSE;
+    constexpr bool LSE = Op::LSE;
     constexpr int WARPS = SEGMENT_THREADS / 32;
     __shared__ long long s_first[SEGMENT_THREADS], s_last[SEGMENT_THREADS], s_edge[2];
     __shared__ St s_fwd[WARPS], s_back[WARPS];
@@ -180,27 +263,15 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
     s_first[t] = key[0];
     s_last[t] = key[ROWS - 1];
 
-    C v[ROWS][COLS];
-    {
-        const long long avail = n > row0 ? (n - row0) * cols : 0;
-        C flat[ROWS * COLS];
-        if (cols == COLS) {
-            load_elements<T, ROWS * COLS>(x + row0 * cols, avail, flat);
-        } else {
-#pragma unroll
-            for (int i = 0; i < ROWS * COLS; ++i) flat[i] = neg_inf<C>();
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-                for (int c = 0; c < COLS; ++c)
-                    if (c < cols && (r * cols + c) < avail)
-                        flat[r * COLS + c] = Traits<T>::in(reinterpret_cast<const typename Traits<T>::B*>(x)[(row0 + r) * cols + c]);
-        }
-        const C f = C(scale);
+    C v[ROWS][COLS], gv[ROWS][COLS];
+    load_rows<T, COLS, ROWS>(x, row0, n, cols, scale, v);
+    if constexpr (Op::INPUTS == 2) {
+        load_rows<T, COLS, ROWS>(g, row0, n, cols, 1.0, gv);
+    } else {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-            for (int c = 0; c < COLS; ++c) v[r][c] = scale == 1.0 ? flat[r * COLS + c] : mul_rn(flat[r * COLS + c], f);
+            for (int c = 0; c < COLS; ++c) gv[r][c] = C(0);
     }
 
     // Runs of equal keys inside the thread: run[r] is, after the backward pass, the state of the
@@ -213,7 +284,7 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
         if (in_segment(key[r], nseg))
 #pragma unroll
             for (int c = 0; c < COLS; ++c)
-                if (c < cols) run[r].template push<Ep>(c, v[r][c]);
+                if (c < cols) Op::push(run[r], c, v[r][c], gv[r][c]);
     }
 #pragma unroll
     for (int r = ROWS - 2; r >= 0; --r)
@@ -320,9 +391,9 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
         meta[0] = k_head;
         meta[1] = k_tail;
         meta[2] = (head_open ? 1 : 0) | (tail_open ? 2 : 0);
-        if (head_open) *ws.at<C, COLS>(tile, PART_HEAD) = head_total;
+        if (head_open) *ws.at<St>(tile, PART_HEAD) = head_total;
     }
-    if (t == SEGMENT_THREADS - 1 && tail_open) *ws.at<C, COLS>(tile, PART_TAIL) = tail_total;
+    if (t == SEGMENT_THREADS - 1 && tail_open) *ws.at<St>(tile, PART_TAIL) = tail_total;
     if (key[0] == k_head && ends) {  // the last thread of the tile's first segment
         reinterpret_cast<unsigned*>(ws.meta + 4 * tile + 3)[0] = unsigned(t * ROWS + head);
     }
@@ -346,8 +417,8 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
 #pragma unroll
             for (int c = 0; c < COLS; ++c)
                 if (c < cols) {
-                    const C out = in_segment(k, nseg) ? segment_out<Ep>(v[r][c], s.m[c], s.d[c])
-                                                      : Ep::template masked<C>();
+                    const C out = in_segment(k, nseg) ? Op::out(s, c, v[r][c], gv[r][c])
+                                                      : Op::template excluded<C>();
                     bits(y)[(row0 + r) * cols + c] = Traits<T>::out(out);
                 }
         }
@@ -357,11 +428,11 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
 // segment_fold: block `a` folds the open segment that starts in tile a (its tail part, then the
 // head parts of the tiles after it that the segment covers, SEGMENT_THREADS tiles a round in a
 // fixed tree), and writes the total to every tile it covers (logsumexp: to y).
-template <class Ep, typename T, int COLS>
+template <class Op, typename T, int COLS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
     segment_fold(T* y, unsigned char* work, long long tiles, long long cols) {
     using C = compute_t<T>;
-    using St = SegmentState<C, COLS>;
+    using St = typename Op::template State<C, COLS>;
     constexpr int WARPS = SEGMENT_THREADS / 32;
     __shared__ St s_part[WARPS];
     const SegmentWork ws = segment_work(work, tiles);
@@ -370,13 +441,13 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
     const long long g = meta[1];
     if (!(meta[2] & 2) || ((meta[2] & 1) && meta[0] == g)) return;  // no open segment starts here
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    St total = *ws.at<C, COLS>(a, PART_TAIL);
+    St total = *ws.at<St>(a, PART_TAIL);
     long long end = a;  // the last tile the segment covers
     for (long long base = a + 1;; base += SEGMENT_THREADS) {
         const long long b = base + t;
         const bool in = b < tiles && (ws.meta[4 * b + 2] & 1) && ws.meta[4 * b] == g;
         St s;
-        if (in) s = *ws.at<C, COLS>(b, PART_HEAD);
+        if (in) s = *ws.at<St>(b, PART_HEAD);
         else s.clear();
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -391,19 +462,21 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
         if (count < SEGMENT_THREADS) break;
     }
     for (long long b = a + t; b <= end; b += SEGMENT_THREADS) {
-        if (b == a) *ws.at<C, COLS>(b, TOTAL_TAIL) = total;
-        else *ws.at<C, COLS>(b, TOTAL_HEAD) = total;
+        if (b == a) *ws.at<St>(b, TOTAL_TAIL) = total;
+        else *ws.at<St>(b, TOTAL_HEAD) = total;
     }
-    if constexpr (SegmentTerm<Ep>::LSE) {
+    if constexpr (Op::LSE) {
         if (t < cols) bits(y)[g * cols + t] = Traits<T>::out(segment_lse(total.m[t < COLS ? t : 0], total.d[t < COLS ? t : 0]));
     }
 }
 
 // segment_fixup: the rows of each tile's open segments, from their totals.
-template <class Ep, typename T, int COLS, int ROWS>
+template <class Op, typename T, int COLS, int ROWS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_fixup(const T* x, const unsigned char* work, T* y, long long n, long long cols, double scale) {
+    segment_fixup(const T* x, const T* g, const unsigned char* work, T* y, long long n, long long cols,
+                  double scale) {
     using C = compute_t<T>;
+    using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
     const long long tile = blockIdx.x, tiles = gridDim.x, first_row = tile * TILE;
     const SegmentWork ws = segment_work(const_cast<unsigned char*>(work), tiles);
@@ -418,15 +491,15 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
         // a tile of one segment is all rows; else the head's rows [0, end), the tail's [start, ..)
         const long long lo = part && !single ? extent[1] : 0;
         const long long hi = part || single ? rows_here : extent[0];
-        const SegmentState<C, COLS> s = *ws.at<C, COLS>(tile, part ? TOTAL_TAIL : TOTAL_HEAD);
+        const St s = *ws.at<St>(tile, part ? TOTAL_TAIL : TOTAL_HEAD);
         const C f = C(scale);
         for (long long i = lo * cols + threadIdx.x; i < hi * cols; i += SEGMENT_THREADS) {
             const int c = int(i % cols);
             const long long e = first_row * cols + i;
             C v = Traits<T>::in(bits(x)[e]);
             if (scale != 1.0) v = mul_rn(v, f);
-            const int cc = c < COLS ? c : 0;
-            bits(y)[e] = Traits<T>::out(segment_out<Ep>(v, s.m[cc], s.d[cc]));
+            const C gv = Op::INPUTS == 2 ? Traits<T>::in(bits(g)[e]) : C(0);
+            bits(y)[e] = Traits<T>::out(Op::out(s, c < COLS ? c : 0, v, gv));
         }
     }
 }

@@ -3,7 +3,8 @@
 of choice is one set of three launches:
 
     kernel          when
-    segment_tiles   rows of at most max(COLS) elements, x 16-byte aligned, ids or offsets int32
+    segment_tiles   (softmax, log_softmax, logsumexp, the two VJPs)
+                    rows of at most max(COLS) elements, x 16-byte aligned, ids or offsets int32
                     or int64: tiles of segment_threads * rows; a thread holds `rows` rows of
                     COLS (1 or 8) columns, 32 bytes of x at the full width
     segment_fold    after it, a block a tile: the totals of segments that cross tiles
@@ -23,11 +24,14 @@ from .common import Plan
 
 COLS = (1, 8)  # the kernels' row widths: one element, or up to 8 (the rest left idle)
 ID_TYPES = {"int32": "int", "int64": "long long"}
-EPILOGUES = {"segment_softmax": "Softmax", "segment_log_softmax": "LogSoftmax",
-             "segment_logsumexp": "LogSumExp"}
+EPILOGUES = {"segment_softmax": "SegmentForward<csm::Softmax>",
+             "segment_log_softmax": "SegmentForward<csm::LogSoftmax>",
+             "segment_logsumexp": "SegmentForward<csm::LogSumExp>",
+             "segment_softmax_vjp": "SegmentBackward<csm::SoftmaxVjp>",
+             "segment_log_softmax_vjp": "SegmentBackward<csm::LogSoftmaxVjp>"}
 TYPES = ("float16", "bfloat16", "float32", "float64")
 THREAD_BYTES = 32  # x a thread at the full width: two 16-byte loads
-STATE_WORDS = 2  # (m, d) a column in the compute type: SegmentState
+STATE_WORDS = 2  # (m, d) a column in the compute type: SegmentState (SegmentSum: 1)
 META_BYTES = 32  # meta[4] of long long a tile: SegmentWork
 
 
@@ -43,10 +47,11 @@ def width(cols: int) -> int | None:
 
 @dataclass(frozen=True)
 class SegmentPlan(Plan):
-    """segment_tiles: x and the ids or offsets in, y and the workspace out."""
+    """segment_tiles: x, g (dy; x again for a forward op) and the ids or offsets in, y and the
+    workspace out."""
 
     method = "segment_tiles"
-    inputs = 2
+    inputs = 3
     outputs = 2
     id_type: str  # the C type of the ids or offsets
     width: int  # COLS
@@ -84,10 +89,10 @@ class FoldPlan(Plan):
 
 @dataclass(frozen=True)
 class FixupPlan(Plan):
-    """segment_fixup: x and the workspace in, y out."""
+    """segment_fixup: x, g and the workspace in, y out."""
 
     method = "segment_fixup"
-    inputs = 2
+    inputs = 3
     width: int
     rows: int
     n: int
