@@ -48,6 +48,25 @@ def _tensor(a):
     return torch.from_numpy(a)
 
 
+_CUDA_CONTEXTS: dict = {}  # (device index, stream pointer) -> (Device, ExternalStream, allocator)
+
+
+def _cuda_context(t):
+    """CuPy's Device, an ExternalStream of ``torch.cuda.current_stream()`` and an allocator over
+    torch's caching allocator on that stream, for tensor `t`: made once a (device, stream)."""
+    stream = torch.cuda.current_stream(t.device)
+    key = (t.device.index, stream.cuda_stream)
+    ctx = _CUDA_CONTEXTS.get(key)
+    if ctx is None:
+        import cupy
+
+        device = t.device.index
+        ctx = _CUDA_CONTEXTS[key] = (cupy.cuda.Device(device),
+                                     cupy.cuda.ExternalStream(stream.cuda_stream, device),
+                                     _torch_allocator(device, stream))
+    return ctx
+
+
 @contextlib.contextmanager
 def _on_torch_stream(t):
     """Around GPU work on tensor `t`: CuPy's current device and stream are torch's, and its
@@ -58,10 +77,8 @@ def _on_torch_stream(t):
         return
     import cupy
 
-    device = t.device.index
-    stream = torch.cuda.current_stream(t.device)
-    with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream.cuda_stream, device), \
-            cupy.cuda.using_allocator(_torch_allocator(device, stream)):
+    device, stream, alloc = _cuda_context(t)
+    with device, stream, cupy.cuda.using_allocator(alloc):
         yield
 
 

@@ -102,6 +102,10 @@ def _parse(argv):
     p.add_argument("--segments", action="store_true",
                    help="the segment functions on the host against NumPy's and JAX's scatter "
                         "chains (no GPU needed; --dtypes, --total edges, --repeat, --out)")
+    p.add_argument("--torch-op", action="store_true",
+                   help="the family as torch operators against torch's own: a loss's forward "
+                        "and backward, eager and compiled, and the host time of a call (needs "
+                        "torch with CUDA; --dtypes, --repeat, --out)")
     p.add_argument("--dask", action="store_true",
                    help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
     p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")
@@ -330,6 +334,10 @@ def main(argv=None):
         from .segment import main as segment_main
 
         return segment_main(args)
+    if args.torch_op:
+        from .torch_op import main as torch_op_main
+
+        return torch_op_main(args)
     if args.dask:
         from .dask_chunks import main as dask_main
 
