@@ -2,6 +2,9 @@
 
 import dataclasses
 import math
+import re
+
+import numpy as np
 
 import pytest
 
@@ -866,3 +869,71 @@ def test_topk_plans_by_row_length_and_k():
     assert plan(10, 1000, 257) is None and plan(10, 300, 256).kernel == "topk_block"
     for p, itemsize in ((moe, 4), (vocab, 4), (beam, 2)):
         assert (p.kernel, p.template) in set(d.topk_templates(itemsize))
+
+
+_KERNEL = re.compile(r"__global__\s+void\s+(?:__\w+__\([^)]*\)\s*)*(\w+)\s*\(([^)]*)\)", re.S)
+
+
+def _signatures():
+    """kernel name -> its parameters' declarations, from kernels/*.cu."""
+    from cusoftmax import _kernels
+
+    out = {}
+    for path in _kernels.kernel_dir().glob("*.cu"):
+        for name, params in _KERNEL.findall(path.read_text()):
+            out[name] = [" ".join(p.split()) for p in params.split(",")]
+    return out
+
+
+def _launches():
+    """(plan, layout) for a plan of every kernel the library launches."""
+    from cusoftmax.planning import segment
+
+    rows = lambda n: Layout(1000, n, 1, (n + 4, 1), (n + 8, 1))  # noqa: E731
+    axis0 = Layout(3, 4096, 1000, (4096 * 1000, 1000), (4096 * 1004, 1004))
+    for method, n in (("registers", 100), ("tiles", 100), ("block", 100), ("cluster", 100),
+                      ("cluster", 2**21), ("grid", 20000), ("online", 10**6)):
+        yield d.plan(rows(n), 4, (0, 0), H200, method), rows(n)
+    flat_rows = Layout(1000, 100, 1, (100, 1), (100, 1))
+    yield d.plan(flat_rows, 4, (4, 4), H200, "flat"), flat_rows
+    short = Layout(1000, 24, 1, (24, 1), (24, 1))
+    yield d.plan(short, 4, (0, 0), H200), short
+    for method in ("columns", "slab"):
+        yield d.plan(axis0, 4, (0, 0), H200, method), axis0
+    for n in (32, 4096, 10**6):
+        layout = Layout(1000, n, 1, (n, 1), (n, 1))
+        yield d.reduce_plan(layout, 4, 0, H200), layout
+        yield d.vjp_plan(layout, 4, (0, 0, 0), H200), layout
+        yield d.normalize_plan(layout, 4, (0, 0), H200), layout
+    yield d.reduce_plan(axis0, 4, 0, H200), axis0
+    yield d.vjp_plan(axis0, 4, (0, 0, 0), H200), axis0
+    spans = Layout(100, 301, 1, (301, 1), (301, 1))
+    yield d.plan(spans, 4, (0, 0), H200), spans
+    for rows, n in ((2048, 32768), (100, 10**6)):
+        yield d.vjp_plan(rows_layout(rows, n), 4, (0, 0, 0), H200, t), rows_layout(rows, n)
+    for n, k in ((256, 8), (1000, 8), (100000, 64)):
+        yield d.topk_plan(10000, n, n, k, False, 4, 0, H200), None
+    p = segment.plan("segment_softmax", 10**5, 3, 50, 4, np.int64, False, True, t)
+    yield from ((launch, None) for launch in (p.tiles, p.fold, p.fixup))
+
+
+def test_plans_fill_their_kernels_signatures():
+    """A launch passes each kernel parameter one 8-byte slot, by position, with no check by the
+    driver: the plan's pointers (inputs, outputs, the workspace), then its integer arguments,
+    then, where the kernel takes one, the load functor (or the scale, a double); so each plan's
+    counts are the kernel's own."""
+    signatures = _signatures()
+    seen = set()
+    for plan, layout in _launches():
+        assert plan is not None
+        params = signatures[plan.kernel]
+        pointers = plan.inputs + plan.outputs + (plan.workspace() is not None)
+        tail = plan.args(layout)
+        ints = pointers + len(tail)
+        assert len(params) in (ints, ints + 1), (plan.kernel, params)
+        assert all("*" in p for p in params[:pointers]), (plan.kernel, params)
+        assert all(p.split()[0] in ("int", "long") for p in params[pointers:ints]), \
+            (plan.kernel, params)
+        assert params[ints:] in ([], ["const Ld ld"], ["double scale"]), (plan.kernel, params)
+        seen.add(plan.kernel)
+    assert seen == set(signatures)  # every kernel of kernels/ is launched by some plan here

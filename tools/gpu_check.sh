@@ -30,6 +30,10 @@
 #                 (as run s32-5), and its benchmark (--op softmax_topk)
 #   vjp           the vjp family: its GPU tests, memcheck and racecheck over the two-pass kernels'
 #                 tests, both backward passes' benchmark against torch and JAX
+#   segments      the segment kernels: tests/test_segment.py, memcheck and racecheck over their
+#                 float32 GPU tests, the bench (--segments: PyG and JAX as peers)
+#   fronts        the JAX and torch fronts on the GPU: tests/test_jax.py (XLA and kernel routes),
+#                 tests/test_torch.py, the bench --torch-op
 #   loads         scale= and where= in the kernels: tests/test_scale.py and test_masked.py,
 #                 memcheck over them, the Scaled load's kernel times (dev/probes/scale_probe.py),
 #                 the bench with --where full, --where padding and --scale
@@ -172,6 +176,17 @@ for what in ${@:-tests sanitize bench}; do
                 --widths 32,128,512,2048,8192,32768,131072,1048576 --repeat 20 --peers torch,jax \
                 --out "bench-results/$op"
         done ;;
+    segments)
+        step segment-tests segments.log "${pytest[@]}" -n 16 tests/test_segment.py
+        for tool in memcheck racecheck; do
+            step "segment-$tool" segments.log "${sanitize[@]}" $tool "${pytest[@]}" tests/test_segment.py \
+                -k "kernels and float32 and not offsets"
+        done
+        step segment-bench segments.log python3 -m cusoftmax.bench --segments --repeat 10 --out "$OUT" ;;
+    fronts)
+        step jax-tests fronts.log "${pytest[@]}" -n 8 tests/test_jax.py
+        step torch-tests fronts.log "${pytest[@]}" -n 8 tests/test_torch.py
+        step torch-op-bench fronts.log python3 -m cusoftmax.bench --torch-op --repeat 10 --out "$OUT" ;;
     loads)  # scale= and where= in the kernels: their tests, memcheck over them, their benches
         step loads-tests loads.log "${pytest[@]}" tests/test_scale.py tests/test_masked.py
         step loads-memcheck loads.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_scale.py \
