@@ -263,6 +263,7 @@ def gpu_main(args) -> int:
                                  "n/a" if jaxt is None else f"{jaxt:.1f}",
                                  "n/a" if pyg is None else f"{pyg / ours:.1f}",
                                  "n/a" if jaxt is None else f"{jaxt / ours:.1f}"])
+                    _progress(" | ".join(rows[-1]))
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     legend = (f"The segment kernels on {device}: {edges} elements (the heads case a quarter, 8 "
               f"columns), median of {timer.repeat}; 'of copy': a device copy's time of the "
