@@ -108,14 +108,19 @@ def _torch_allocator(device: int, stream):
 
 
 def _run(fn, arrays, **kw):
-    """``fn`` (an eager function of the family) on tensors: CUDA ones as they are (DLPack), CPU
-    ones as NumPy views; the result(s) as new tensors."""
+    """``fn`` (an eager function of the family) on tensors: CUDA ones as CuPy arrays (DLPack,
+    detached: it exports no tensor that requires grad), so that a call like an earlier one takes
+    the engine's fast path for CuPy arrays; CPU ones as NumPy views; the result(s) as new
+    tensors."""
     first = arrays[0]
-    if first.device.type == "cuda":  # DLPack exports no tensor that requires grad
+    if first.device.type == "cuda":
+        import cupy
+
         with _on_torch_stream(first):
-            res = fn(*(None if a is None else a.detach() for a in arrays), **kw)
-    else:
-        res = fn(*(_host(a) for a in arrays), **kw)
+            res = fn(*(None if a is None else cupy.from_dlpack(a.detach()) for a in arrays), **kw)
+            return tuple(map(torch.from_dlpack, res)) if isinstance(res, tuple) else \
+                torch.from_dlpack(res)
+    res = fn(*(_host(a) for a in arrays), **kw)
     return tuple(map(_tensor, res)) if isinstance(res, tuple) else _tensor(res)
 
 
