@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _args, _arrays
+from . import _args, _arrays, _family, _segment
 from . import _composed as C
 
 _TRACER = getattr(jax.core, "Tracer", None) or jax._src.core.Tracer
@@ -102,7 +102,7 @@ def _negative(axes, ndim) -> tuple:
 
 
 def _by_kernels(name: str, shape, dtype, arrays: dict, vmap_method="broadcast_all", **static):
-    """``cusoftmax.<name>(**arrays, **static, out=...)`` on XLA's stream inside the compiled
+    """The eager ``<name>(**arrays, **static, out=...)`` on XLA's stream inside the compiled
     program: the arrays (JAX values; None left out) arrive as XLA's buffers, seen as CuPy arrays
     through the CUDA array interface, and the result of `shape` and `dtype` is written in XLA's
     buffer. Under vmap the callback takes the batched arrays whole (axes are negative)."""
@@ -110,14 +110,14 @@ def _by_kernels(name: str, shape, dtype, arrays: dict, vmap_method="broadcast_al
 
     names = tuple(k for k, v in arrays.items() if v is not None)
 
+    fn = getattr(_segment if name.startswith("segment_") else _family, name)
+
     def callback(ctx, out, *buffers):
         import cupy
 
-        import cusoftmax
-
         with cupy.cuda.ExternalStream(ctx.stream):
             given = {k: cupy.asarray(b) for k, b in zip(names, buffers)}
-            getattr(cusoftmax, name)(**given, **static, out=cupy.asarray(out))
+            fn(**given, **static, out=cupy.asarray(out))
 
     call = buffer_callback(callback, jax.ShapeDtypeStruct(shape, dtype), vmap_method=vmap_method)
     return call(*(arrays[k] for k in names))

@@ -229,7 +229,7 @@ __device__ inline void load_rows(const T* x, long long row0, long long n, long l
 template <class Op, typename T, typename I, int COLS, int ROWS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
     segment_tiles(const T* x, const T* g, const I* seg, T* y, unsigned char* work, long long n,
-                  long long cols, long long nseg, long long offsets, double scale) {
+                  long long cols, long long nseg, long long offsets, const Scaled ld) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
     s_last[t] = key[ROWS - 1];
 
     C v[ROWS][COLS], gv[ROWS][COLS];
-    load_rows<T, COLS, ROWS>(x, row0, n, cols, scale, v);
+    load_rows<T, COLS, ROWS>(x, row0, n, cols, ld.s, v);
     if constexpr (Op::INPUTS == 2) {
         load_rows<T, COLS, ROWS>(g, row0, n, cols, 1.0, gv);
     } else {
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
 // fixed tree), and writes the total to every tile it covers (logsumexp: to y).
 template <class Op, typename T, int COLS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_fold(T* y, unsigned char* work, long long tiles, long long cols) {
+    segment_fold(T* y, unsigned char* work, long long tiles, long long cols, const Plain) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr int WARPS = SEGMENT_THREADS / 32;
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
 template <class Op, typename T, int COLS, int ROWS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
     segment_fixup(const T* x, const T* g, const unsigned char* work, T* y, long long n, long long cols,
-                  double scale) {
+                  const Scaled ld) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
@@ -492,12 +492,12 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
         const long long lo = part && !single ? extent[1] : 0;
         const long long hi = part || single ? rows_here : extent[0];
         const St s = *ws.at<St>(tile, part ? TOTAL_TAIL : TOTAL_HEAD);
-        const C f = C(scale);
+        const C f = C(ld.s);
         for (long long i = lo * cols + threadIdx.x; i < hi * cols; i += SEGMENT_THREADS) {
             const int c = int(i % cols);
             const long long e = first_row * cols + i;
             C v = Traits<T>::in(bits(x)[e]);
-            if (scale != 1.0) v = mul_rn(v, f);
+            if (ld.s != 1.0) v = mul_rn(v, f);
             const C gv = Op::INPUTS == 2 ? Traits<T>::in(bits(g)[e]) : C(0);
             bits(y)[e] = Traits<T>::out(Op::out(s, c < COLS ? c : 0, v, gv));
         }

@@ -14,9 +14,11 @@ import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 from cusoftmax import _kernels, planning
+from cusoftmax.planning import segment
 from cusoftmax._layout import Layout
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
@@ -177,6 +179,12 @@ def _plans():
                         if k <= n:
                             keep(planning.topk_plan(rows, n, n, k, False, itemsize, 0, H200),
                                  None, dtype)
+        for op in segment.EPILOGUES:
+            for cols in (1, 5):
+                p = segment.plan(op, 10**5, cols, 77, itemsize, np.int64, False, True,
+                                 planning.TUNING)
+                for launch in (p.tiles, p.fold, p.fixup):
+                    keep(launch, None, dtype)
     return found
 
 
