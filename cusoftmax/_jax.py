@@ -10,13 +10,6 @@ softmax and log_softmax carry a ``jax.custom_vjp`` whose backward is the family'
 `scale`); with an array `scale`, and for logsumexp and the VJPs, JAX differentiates the
 reference. Sums accumulate in float64 only where JAX has x64 enabled (else in float32).
 
-On a GPU backend, softmax, log_softmax, logsumexp (without `b` or `return_sign`) and the two
-VJPs of inputs of at least ``KERNEL_MIN_BYTES`` run the family's kernels inside the compiled
-program instead (``_by_kernels``): ``jax.experimental.buffer_callback`` hands the eager function
-XLA's buffers (as CuPy arrays, through the CUDA array interface) and XLA's stream, and the
-result is written in place; no copy, no host round trip. The custom VJPs' backward runs the
-VJP kernels the same way.
-
 Eager JAX arrays do not come here: they reach the kernels through DLPack (``_arrays``).
 """
 
@@ -30,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _args, _arrays, _family, _segment
+from . import _args
 from . import _composed as C
 
 _TRACER = getattr(jax.core, "Tracer", None) or jax._src.core.Tracer
@@ -81,70 +74,8 @@ def _scale(scale, x, axes):
     return s
 
 
-# Inputs from this size run the kernels on a GPU backend; smaller ones XLA's fused operations,
-# whose launch costs less than the callback's host time [jax-1].
-KERNEL_MIN_BYTES = 1 << 20
-
-
-@lru_cache(maxsize=None)
-def _gpu_backend() -> bool:
-    """JAX compiles for a GPU and CuPy can use it."""
-    return jax.default_backend() == "gpu" and _arrays.no_gpu_reason() is None
-
-
-def _kernels_take(x, where=None) -> bool:
-    return x.size * x.dtype.itemsize >= KERNEL_MIN_BYTES and _gpu_backend()
-
-
-def _negative(axes, ndim) -> tuple:
-    """`axes` counted from the end: batching (vmap) prepends axes."""
-    return tuple(a - ndim for a in axes)
-
-
-def _by_kernels(name: str, shape, dtype, arrays: dict, vmap_method="broadcast_all", **static):
-    """The eager ``<name>(**arrays, **static, out=...)`` on XLA's stream inside the compiled
-    program: the arrays (JAX values; None left out) arrive as XLA's buffers, seen as CuPy arrays
-    through the CUDA array interface, and the result of `shape` and `dtype` is written in XLA's
-    buffer. Under vmap the callback takes the batched arrays whole (axes are negative)."""
-    from jax.experimental.buffer_callback import buffer_callback
-
-    names = tuple(k for k, v in arrays.items() if v is not None)
-
-    fn = getattr(_segment if name.startswith("segment_") else _family, name)
-
-    def callback(ctx, out, *buffers):
-        import cupy
-
-        with cupy.cuda.ExternalStream(ctx.stream):
-            given = {k: cupy.asarray(b) for k, b in zip(names, buffers)}
-            fn(**given, **static, out=cupy.asarray(out))
-
-    call = buffer_callback(callback, jax.ShapeDtypeStruct(shape, dtype), vmap_method=vmap_method)
-    return call(*(arrays[k] for k in names))
-
-
-def _mask_for(where, x):
-    """The mask broadcast to x's shape (batching prepends axes to each operand alike)."""
-    return None if where is None else jnp.broadcast_to(where, x.shape)
-
-
 def _forward(op, x, axes, where, scale):
-    if _kernels_take(x) and (scale is None or isinstance(scale, float)):
-        return _by_kernels(op, x.shape, x.dtype, {"x": x, "where": _mask_for(where, x)},
-                           axis=_negative(axes, x.ndim), scale=scale)
     return C.direct(jnp, op, x, axes, where=where, scale=scale)
-
-
-def _vjp_of(op, y, dy, axes, where):
-    """The VJP of softmax or log_softmax (`op`): the kernels or ``_composed``'s formula."""
-    if _kernels_take(y):
-        return _by_kernels(f"{op}_vjp", y.shape, y.dtype,
-                           {"y": y, "dy": dy, "where": _mask_for(where, y)},
-                           axis=_negative(axes, y.ndim))
-    log = op == "log_softmax"
-    with _x64_as_configured():
-        total = C.vjp_sum(jnp, y, dy, axes, where=where, log=log)
-        return C.vjp(jnp, y, dy, total, where=where, log=log)
 
 
 @lru_cache(maxsize=None)
@@ -162,7 +93,11 @@ def _with_vjp(op: str, axes: tuple, scale):
 
     def bwd(res, dy):
         y, where = res
-        dx = _vjp_of(op, y, dy.astype(y.dtype), axes, where)
+        dy = dy.astype(y.dtype)
+        log = op == "log_softmax"
+        with _x64_as_configured():
+            total = C.vjp_sum(jnp, y, dy, axes, where=where, log=log)
+            dx = C.vjp(jnp, y, dy, total, where=where, log=log)
         return (dx if scale is None else dx * jnp.asarray(scale, dx.dtype)), None
 
     f.defvjp(fwd, bwd)
@@ -194,12 +129,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     if b is not None:
         b = jnp.asarray(b)
         _args.real_rule(b, "b", bool_ok=True)
-    if b is None and not return_sign and _kernels_take(a) and axes and \
-            (s is None or isinstance(s, float)):
-        kept = tuple(1 if d in axes else n for d, n in enumerate(a.shape))
-        res = _by_kernels("logsumexp", kept, a.dtype, {"a": a, "where": _mask_for(w, a)},
-                          axis=_negative(axes, a.ndim), keepdims=True, scale=s)
-    elif b is None and not return_sign:
+    if b is None and not return_sign:
         res = C.direct(jnp, "logsumexp", a, axes, where=w, scale=s)
     else:  # signed weights: the state's sum, its sign kept apart
         with _x64_as_configured():
@@ -214,7 +144,11 @@ def _vjp(op, y, dy, axis, where, out):
     y, axes = _x(y, axis, out, None, op)
     dy = jnp.asarray(dy)
     _args.dy_rule(dy, y.shape)
-    return _vjp_of(op.removesuffix("_vjp"), y, dy.astype(y.dtype), axes, _where(where, y))
+    w, log = _where(where, y), op == "log_softmax_vjp"
+    dy = dy.astype(y.dtype)
+    with _x64_as_configured():
+        total = C.vjp_sum(jnp, y, dy, axes, where=w, log=log)
+        return C.vjp(jnp, y, dy, total, where=w, log=log)
 
 
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
@@ -293,32 +227,11 @@ def _per_position(ids, count, lead):
     return jnp.where(inside, ids, 0), inside.reshape((ids.shape[0],) + (1,) * lead)
 
 
-def _segment_kernels(op, x, segment_ids, offsets, count, ax, indices_are_sorted, arrays,
-                     **static):
-    """A segment function by the kernels (``_by_kernels``), one call a batch element under vmap
-    (the ids are 1-d); None where they do not take it."""
-    x = jnp.asarray(x)
-    if not _kernels_take(x) or count == 0:
-        return None
-    shape = x.shape[:ax] + (count,) + x.shape[ax + 1:] if op == "segment_logsumexp" else x.shape
-    given = {"offsets": jnp.asarray(offsets)} if offsets is not None else \
-        {"segment_ids": jnp.asarray(segment_ids)}
-    return _by_kernels(op, shape, x.dtype, {**arrays, **given}, vmap_method="sequential",
-                       num_segments=count, axis=ax - x.ndim, indices_are_sorted=indices_are_sorted,
-                       **static)
-
-
 def _segment_map(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
                  scale):
     xm, ids, is_sorted, count, w, s, _, ax = _segments(op, x, segment_ids, offsets,
                                                        num_segments, axis, indices_are_sorted,
                                                        where, scale)
-    if w is None and (s is None or isinstance(s, float)):
-        xs = jnp.moveaxis(xm, 0, ax)
-        done = _segment_kernels(op, xs, segment_ids, offsets, count, ax, indices_are_sorted,
-                                {"x": xs}, scale=s)
-        if done is not None:
-            return done
     compute, _ = C.compute_types(xm.dtype)
     inf = compute.type(np.inf)
     if count == 0:  # no segment: nothing to gather from
@@ -374,12 +287,6 @@ def _segment_vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_ar
     ym, ids, is_sorted, count, w, _, g, ax = _segments(op, y, segment_ids, offsets,
                                                        num_segments, axis, indices_are_sorted,
                                                        where, dy=dy)
-    if w is None:
-        ys = jnp.moveaxis(ym, 0, ax)
-        done = _segment_kernels(op, ys, segment_ids, offsets, count, ax, indices_are_sorted,
-                                {"y": ys, "dy": jnp.moveaxis(g, 0, ax)})
-        if done is not None:
-            return done
     compute, _ = C.compute_types(ym.dtype)
     if count == 0:  # no segment: every gradient 0
         return jnp.moveaxis(jnp.zeros(ym.shape, ym.dtype), 0, ax)

@@ -1,6 +1,5 @@
 """The family inside JAX transformations (jax.jit, vmap, grad, scan, checkpoint) against the
-eager host path and against jax.nn, on JAX's CPU backend (and any other it has). On a GPU
-backend every test runs twice: as XLA operations and through the kernels (buffer_callback)."""
+eager host path and against jax.nn, on JAX's CPU backend (and any other it has)."""
 
 import numpy as np
 import pytest
@@ -17,22 +16,6 @@ jnp = pytest.importorskip("jax.numpy")
 
 inf, nan = np.inf, np.nan
 OPS = [("softmax", TOLERANCE), ("log_softmax", LOG_TOLERANCE)]
-
-
-def _jax_gpu() -> bool:
-    from cusoftmax import _jax
-
-    return _jax._gpu_backend()
-
-
-@pytest.fixture(autouse=True, params=["xla", pytest.param("kernels", marks=pytest.mark.skipif(
-    not _jax_gpu(), reason="the kernels run inside jit on a GPU backend only"))])
-def route(request, monkeypatch):
-    """Inputs of every size to XLA's operations, or (on a GPU backend) to the kernels."""
-    from cusoftmax import _jax
-
-    monkeypatch.setattr(_jax, "KERNEL_MIN_BYTES", 0 if request.param == "kernels" else 2**62)
-    return request.param
 
 
 def _x(shape=(3, 5, 7), seed=0):
@@ -217,34 +200,3 @@ def test_segment_rules_inside_jit():
     check(np.asarray(batched), cusoftmax.segment_softmax(_x((3, 6)).astype(np.float64),
                                                          offsets=[0, 2, 6], axis=1),
           np.float32, TOLERANCE)
-
-
-@pytest.mark.parametrize("op, table", OPS + [("logsumexp", LOG_TOLERANCE)])
-def test_kernels_inside_jit_without_transfers(op, table, route, monkeypatch):
-    """On a GPU backend the jitted call runs the kernels through buffer_callback (counted), with
-    no host transfer, under vmap and grad too."""
-    from cusoftmax import _jax
-
-    if route != "kernels":
-        pytest.skip("the kernels' route")
-    names = []
-    real = _jax._by_kernels
-    monkeypatch.setattr(_jax, "_by_kernels", lambda name, *a, **k: names.append(name) or
-                        real(name, *a, **k))
-    x = _x((6, 33, 257), seed=4)
-    where = np.random.default_rng(5).random(x.shape) < 0.9
-    fn = getattr(cusoftmax, op)
-    xj, wj = jnp.asarray(x), jnp.asarray(where)
-    with jax.transfer_guard("disallow"):
-        got = jax.jit(lambda v, w: fn(v, axis=-1, where=w, scale=0.5))(xj, wj)
-        batched = jax.vmap(lambda v: fn(v, axis=0), in_axes=1)(xj)
-        g = jax.grad(lambda v: (fn(v, axis=-1) * jnp.arange(v.shape[-1])).sum())(xj)
-    check(np.asarray(got), fn(x.astype(np.float64), -1, where=where, scale=0.5), np.float32,
-          table)
-    check(np.asarray(batched), np.moveaxis(fn(x.astype(np.float64), 1), 1, 0), np.float32,
-          table)
-    nn = {"softmax": jax.nn.softmax, "log_softmax": jax.nn.log_softmax,
-          "logsumexp": lambda v, axis: jax.nn.logsumexp(v, axis=axis)}[op]
-    ref = jax.grad(lambda v: (nn(v, axis=-1) * jnp.arange(v.shape[-1])).sum())(xj)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(ref), rtol=2e-4, atol=2e-5)
-    assert op in names and (op == "logsumexp" or f"{op}_vjp" in names)
