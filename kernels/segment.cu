@@ -21,8 +21,8 @@
 #include "common.cuh"
 #include "ops.cuh"
 
-#if !defined(CSM_SEGMENT_THREADS)
-#error "segment.cu needs -DCSM_SEGMENT_THREADS from the loader"
+#if !defined(CSM_SEGMENT_THREADS) || !defined(CSM_SEGMENT_BLOCKS)
+#error "segment.cu needs -DCSM_SEGMENT_THREADS and -DCSM_SEGMENT_BLOCKS from the loader"
 #endif
 
 namespace csm {
@@ -227,7 +227,7 @@ __device__ inline void load_rows(const T* x, long long row0, long long n, long l
 // (dy, as x), seg (ids or offsets of I), y (x's shape; logsumexp: nseg rows of cols, filled with
 // -inf beforehand), work (SegmentWork of the tiles). One block a tile.
 template <class Op, typename T, typename I, int COLS, int ROWS>
-__global__ void __launch_bounds__(SEGMENT_THREADS)
+__global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     segment_tiles(const T* x, const T* g, const I* seg, T* y, unsigned char* work, long long n,
                   long long cols, long long nseg, long long offsets, const Scaled ld) {
     using C = compute_t<T>;

@@ -29,7 +29,7 @@ def test_defines_are_the_tuning_values():
         "CSM_SLAB_SCRATCH": "528", "CSM_REDUCE_THREADS": "256", "CSM_REDUCE_SHIFTED": "7",
         "CSM_VJP_THREADS": "256", "CSM_VJP_COLUMNS_BLOCKS_PER_SM": "2",
         "CSM_VJP_HOLD_THREADS": "1024",
-        "CSM_NORMALIZE_THREADS": "256", "CSM_SEGMENT_THREADS": "256", "CSM_WALK_BATCH": "4",
+        "CSM_NORMALIZE_THREADS": "256", "CSM_SEGMENT_THREADS": "256", "CSM_SEGMENT_BLOCKS": "0", "CSM_WALK_BATCH": "4",
         "CSM_TOPK_THREADS": "256", "CSM_TOPK_BLOCKS": "3", "CSM_TOPK_BATCH": "16",
     }
     assert _kernels.options(TUNING) == ("-std=c++17", *cuda_defines(TUNING))

@@ -30,14 +30,13 @@ EPILOGUES = {"segment_softmax": "SegmentForward<csm::Softmax>",
              "segment_softmax_vjp": "SegmentBackward<csm::SoftmaxVjp>",
              "segment_log_softmax_vjp": "SegmentBackward<csm::LogSoftmaxVjp>"}
 TYPES = ("float16", "bfloat16", "float32", "float64")
-THREAD_BYTES = 32  # x a thread at the full width: two 16-byte loads
 STATE_WORDS = 2  # (m, d) a column in the compute type: SegmentState (SegmentSum: 1)
 META_BYTES = 32  # meta[4] of long long a tile: SegmentWork
 
 
-def rows_of(itemsize: int, cols: int) -> int:
-    """Rows a thread: THREAD_BYTES of x at a width of `cols` (the kernel's COLS)."""
-    return max(1, THREAD_BYTES // itemsize // cols)
+def rows_of(itemsize: int, cols: int, tuning) -> int:
+    """Rows a thread: segment_thread_bytes of x at a width of `cols` (the kernel's COLS)."""
+    return max(1, tuning.segment_thread_bytes // itemsize // cols)
 
 
 def width(cols: int) -> int | None:
@@ -125,7 +124,7 @@ def plan(op: str, n: int, cols: int, count: int, itemsize: int, id_dtype, offset
     id_type = ID_TYPES.get(np.dtype(id_dtype).name)
     if w is None or id_type is None or not aligned or n == 0 or cols == 0:
         return None
-    threads, rows = tuning.segment_threads, rows_of(itemsize, w)
+    threads, rows = tuning.segment_threads, rows_of(itemsize, w, tuning)
     tiles = math.ceil(n / (threads * rows))
     if tiles >= 2**31:
         return None
@@ -145,7 +144,7 @@ def templates(itemsize: int, tuning):
     """Every (kernel, ops, template) the plans above can name for elements of `itemsize`."""
     for op, ep in EPILOGUES.items():
         for w in COLS:
-            rows = rows_of(itemsize, w)
+            rows = rows_of(itemsize, w, tuning)
             for id_type in ID_TYPES.values():
                 yield "segment_tiles", (ep,), (id_type, w, rows)
             yield "segment_fold", (ep,), (w,)

@@ -143,6 +143,8 @@ class Tuning:
     normalize_waves: int = 4  # full residencies at most; blocks loop over items [normalize-1]
     # segment (softmax over segments of rows)
     segment_threads: int = 256  # (CUDA) threads a tile: 8 KiB of x a tile at 32 bytes a thread [segment-3]
+    segment_blocks_per_sm: int = 0  # (CUDA) launch bound of segment_tiles (0: none) [segment-3]
+    segment_thread_bytes: int = 32  # x a thread at the full width: two 16-byte loads [segment-3]
     # topk (softmax and top-k in one read)
     topk_threads: int = 256  # (CUDA) threads a block; 8 warps' lists in 40 KiB at K = 256 [topk-1]
     topk_blocks_per_sm: int = 3  # (CUDA) launch bound: 80 registers a thread [topk-1]
@@ -214,6 +216,7 @@ def cuda_defines(tuning: Tuning = TUNING) -> tuple[str, ...]:
         "VJP_HOLD_THREADS": tuning.vjp_hold_threads,
         "NORMALIZE_THREADS": tuning.normalize_threads,
         "SEGMENT_THREADS": tuning.segment_threads,
+        "SEGMENT_BLOCKS": tuning.segment_blocks_per_sm,
         "WALK_BATCH": tuning.walk_batch,
         "TOPK_THREADS": tuning.topk_threads,
         "TOPK_BLOCKS": tuning.topk_blocks_per_sm,
