@@ -391,6 +391,8 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
     with c.device:
         seg = _args.device_segments(segment_ids, offsets, num_segments, n, indices_are_sorted,
                                     c.op)
+        if seg.array.data.ptr % 16:  # the kernels' 16-byte loads of ids
+            seg = seg._replace(array=seg.array.copy())
         p = plans.plan(c.op, n, cols, seg.count, c.dtype.itemsize, seg.array.dtype, seg.offsets,
                        True, tuning)
         if p is None:

@@ -166,6 +166,27 @@ template <typename I> __device__ inline long long key_at(const I* seg, int offse
     return lo - 1;
 }
 
+// Sorted ids of rows [row0, row0 + ROWS) in 16-byte loads, where they are whole and the rows'
+// ids fill whole loads (seg 16-byte aligned); false where not (the caller loads them one by one).
+template <typename I, int ROWS> __device__ inline bool load_ids(const I* seg, long long row0, long long n, long long (&key)[ROWS]) {
+    constexpr int PER = 16 / int(sizeof(I));
+    if constexpr (ROWS % PER == 0) {
+        if (row0 + ROWS <= n) {
+            const uint4* p = reinterpret_cast<const uint4*>(seg + row0);
+#pragma unroll
+            for (int i = 0; i < ROWS / PER; ++i) {
+                const uint4 w = p[i];
+                I v[PER];
+                memcpy(v, &w, sizeof w);
+#pragma unroll
+                for (int j = 0; j < PER; ++j) key[i * PER + j] = (long long)v[j];
+            }
+            return true;
+        }
+    }
+    return false;
+}
+
 // An element's output from its loaded value and its segment's state.
 template <class Ep, typename C> __device__ inline C segment_out(C x, C m, C d) {
     const C k = Ep::constant(m, d);
@@ -245,15 +266,17 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     const SegmentWork ws = segment_work(work, tiles);
 
     long long key[ROWS];
-    key[0] = key_at(seg, int(offsets), nseg, n, row0);
+    if (offsets || !load_ids<I, ROWS>(seg, row0, n, key)) {
+        key[0] = key_at(seg, int(offsets), nseg, n, row0);
 #pragma unroll
-    for (int r = 1; r < ROWS; ++r) {
-        if (!offsets || row0 + r >= n) {
-            key[r] = key_at(seg, int(offsets), nseg, n, row0 + r);
-        } else {  // the next segment holding row0 + r, past empty ones
-            long long k = key[r - 1];
-            while (k < nseg && (long long)seg[k + 1] <= row0 + r) ++k;
-            key[r] = k;
+        for (int r = 1; r < ROWS; ++r) {
+            if (!offsets || row0 + r >= n) {
+                key[r] = key_at(seg, int(offsets), nseg, n, row0 + r);
+            } else {  // the next segment holding row0 + r, past empty ones
+                long long k = key[r - 1];
+                while (k < nseg && (long long)seg[k + 1] <= row0 + r) ++k;
+                key[r] = k;
+            }
         }
     }
     if (t == 0) {  // the keys beside the tile: is its first (last) segment open?
