@@ -473,9 +473,8 @@ class DeviceSegments(NamedTuple):
 
 def device_segments(segment_ids, offsets, num_segments, n: int, indices_are_sorted,
                     op: str) -> DeviceSegments:
-    """``segmented``'s rules on the device. Unsorted ids are put in order by one sort of the
-    unique keys ``(clip(id, -1, count) + 1) * n + position`` (ties keep their order), which
-    gives both the sorted ids and the order."""
+    """``segmented``'s rules on the device. Unsorted ids are put in order by CuPy's stable
+    argsort of ``clip(id, -1, count)`` (32-bit where it fits: half the radix passes of 64)."""
     count = count_rule(num_segments, op)
     segments_given(segment_ids, offsets, op)
     if offsets is not None:
@@ -487,8 +486,9 @@ def device_segments(segment_ids, offsets, num_segments, n: int, indices_are_sort
     is_sorted, count = ids_rule(ids, n, count, indices_are_sorted, op, cp)
     if is_sorted:
         return DeviceSegments(ids, count, False)
-    key = cp.sort((cp.clip(ids, -1, count) + 1).astype(np.int64) * n + cp.arange(n))
-    return DeviceSegments(key // n - 1, count, False, key % n)
+    key = cp.clip(ids, -1, count).astype(np.int32 if count < 2**31 - 1 else np.int64)
+    order = cp.argsort(key)  # stable: ties keep their order
+    return DeviceSegments(key[order], count, False, order)
 
 
 def _stable_order(ids, count: int):
