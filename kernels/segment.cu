@@ -429,7 +429,9 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     for (int r = 0; r < ROWS; ++r) {
         const long long k = key[r];
         const bool open = (head_open && k == k_head) || (tail_open && k == k_tail);
-        const St& s = r < head ? head_total : r >= tail ? tail_total : run[r];
+        St s = run[r];  // by value: a reference into run[] would put it in local memory
+        if (r < head) s = head_total;
+        else if (r >= tail) s = tail_total;
         if constexpr (LSE) {
             const bool last = r + 1 < ROWS ? key[r + 1] != k : t + 1 == SEGMENT_THREADS || next_first != k;
             if (last && !open && in_segment(k, nseg))
