@@ -164,12 +164,10 @@ def segment_logsumexp(x, segment_ids=None, *, offsets=None, num_segments=None, a
     >>> cusoftmax.segment_logsumexp(np.log([1.0, 3.0, 2.0]), np.array([0, 0, 2]))
     array([1.38629436,       -inf, 0.69314718])
     """
-    c = _checked("segment_logsumexp", x, axis, where)
-    if c.src.on_gpu:
-        done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale,
-                          out)
-        if done is not None:
-            return done
+    c, done = _kernels_first("segment_logsumexp", x, segment_ids, offsets, num_segments, axis,
+                             indices_are_sorted, where, scale, out)
+    if done is not None:
+        return done
     c, seg, xm = _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale)
     ax = c.axes[0]
     shape = _segment_shape(c, seg)
@@ -250,8 +248,14 @@ def segment_log_softmax_vjp(y, dy, segment_ids=None, *, offsets=None, num_segmen
                 indices_are_sorted, where, out)
 
 
-def _checked(op, x, axis, where, dy=None):
-    return _args.prepare(x, axis, None, None, op, empty_ok=True, where=where, dy=dy)
+def _kernels_first(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
+                   scale, out, dy=None):
+    """(the checked call, the segment kernels' result or None): a GPU array goes to the kernels
+    where they take the call (``_on_device``)."""
+    c = _args.prepare(x, axis, None, None, op, empty_ok=True, where=where, dy=dy)
+    done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale,
+                      out) if c.src.on_gpu else None
+    return c, done
 
 
 def _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale=None):
@@ -335,12 +339,10 @@ def _finish(c, out, dst, res):
 
 def _normalized(op, x, segment_ids, offsets, num_segments, axis, indices_are_sorted, where,
                 scale, out):
-    c = _checked(op, x, axis, where)
-    if c.src.on_gpu:
-        done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale,
-                          out)
-        if done is not None:
-            return done
+    c, done = _kernels_first(op, x, segment_ids, offsets, num_segments, axis,
+                             indices_are_sorted, where, scale, out)
+    if done is not None:
+        return done
     c, seg, xm = _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, scale)
     res = _args.check_out(out, c.src, c.array.shape, c.dtype)
     family = op.removeprefix("segment_")
@@ -357,12 +359,10 @@ def _normalized(op, x, segment_ids, offsets, num_segments, axis, indices_are_sor
 
 
 def _vjp(op, y, dy, segment_ids, offsets, num_segments, axis, indices_are_sorted, where, out):
-    c = _checked(op, y, axis, where, dy)
-    if c.src.on_gpu:
-        done = _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, None,
-                          out)
-        if done is not None:
-            return done
+    c, done = _kernels_first(op, y, segment_ids, offsets, num_segments, axis, indices_are_sorted,
+                             where, None, out, dy)
+    if done is not None:
+        return done
     c, seg, ym = _prepared(c, segment_ids, offsets, num_segments, axis, indices_are_sorted)
     res = _args.check_out(out, c.src, c.array.shape, c.dtype)
     log = op == "segment_log_softmax_vjp"

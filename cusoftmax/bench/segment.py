@@ -52,7 +52,8 @@ def _numpy_chain(op, x, ids, count):
 
 
 def _jax_chain(op, count, sorted_ids):
-    """The same chain by jax.ops's segment reductions under jax.jit, or None without JAX."""
+    """The same chain by jax.ops's segment reductions, jitted, or None without JAX (an empty
+    segment's max of -inf taken as 0, as the library does)."""
     try:
         import jax
         import jax.numpy as jnp
@@ -61,14 +62,14 @@ def _jax_chain(op, count, sorted_ids):
 
     def f(x, ids):
         m = jax.ops.segment_max(x, ids, count, indices_are_sorted=sorted_ids)
+        m = jnp.where(jnp.isfinite(m), m, 0)
         e = jnp.exp(x - m[ids])
         s = jax.ops.segment_sum(e, ids, count, indices_are_sorted=sorted_ids)
         if op == "segment_logsumexp":
             return m + jnp.log(s)
         return e / s[ids] if op == "segment_softmax" else x - m[ids] - jnp.log(s[ids])
 
-    jitted = jax.jit(f)
-    return lambda x, ids: jitted(x, ids).block_until_ready()
+    return jax.jit(f)
 
 
 def main(args) -> int:
@@ -107,7 +108,8 @@ def main(args) -> int:
                         xj, ij = jnp.asarray(x), jnp.asarray(ids)
                     calls = {"ours": lambda: fn(x, ids, num_segments=count),
                              "numpy": lambda: _numpy_chain(op, x, ids, count),
-                             "jax": None if jax_fn is None else (lambda: jax_fn(xj, ij))}
+                             "jax": None if jax_fn is None else
+                             (lambda: jax_fn(xj, ij).block_until_ready())}
                     times = {k: [] for k in calls}
                     for _ in range(repeat):
                         for k, call in calls.items():
@@ -171,18 +173,8 @@ def _peers(op, count, heads, torch, jx):
         except ImportError:
             pass
     if jx is not None:
-        jax, jnp = jx
         for srt in (True, False):
-            def f(x, ids, srt=srt):
-                m = jax.ops.segment_max(x, ids, count, indices_are_sorted=srt)
-                m = jnp.where(jnp.isfinite(m), m, 0)
-                e = jnp.exp(x - m[ids])
-                s = jax.ops.segment_sum(e, ids, count, indices_are_sorted=srt)
-                if op == "segment_logsumexp":
-                    return m + jnp.log(s)
-                return e / s[ids] if op == "segment_softmax" else x - m[ids] - jnp.log(s[ids])
-
-            jitted = jax.jit(f)
+            jitted = _jax_chain(op, count, srt)
             out["JAX sorted" if srt else "JAX"] = (lambda xt, it, xj, ij, g=jitted: g(xj, ij))
     return out
 
