@@ -1,23 +1,9 @@
-// Softmax, log_softmax and logsumexp over segments of rows: row r of x (`cols` contiguous
-// elements, r * cols on) belongs to segment key(r), from sorted ids (ids[r]) or CSR offsets (the
-// i with offsets[i] <= r < offsets[i + 1]); rows whose key lies outside [0, nseg) belong to none.
-// Each column of a segment is one softmax.
-//
-// The op (Op) is SegmentForward<Ep> (softmax, log_softmax, logsumexp) or SegmentBackward<V> (the
-// two VJPs: y and dy in, a plain sum a segment). Three launches over tiles of SEGMENT_THREADS * ROWS rows (a thread holds ROWS consecutive
-// rows; ROWS and COLS from cusoftmax/planning/segment.py):
-//   segment_tiles  one read of x and of the keys: each thread folds its runs of equal keys, the
-//                  block joins runs across threads by a segmented scan forward (the running
-//                  state) and a copy backward (each segment's state at its last row), and writes
-//                  every segment that starts and ends in the tile. A segment that crosses a tile
-//                  edge is open: the tile leaves its rows unwritten and puts its part of the
-//                  segment's state in the workspace.
-//   segment_fold   the tile where an open segment starts folds the parts of every tile it covers,
-//                  in tile order, and gives each of them the total (logsumexp: writes it).
-//   segment_fixup  the open segments' rows, read again and written from the total.
-// Bytes: x read once plus the rows of segments longer than a tile read twice; y written once;
-// the keys read once (ids), or a binary search of the offsets a thread (L2).
-// Every fold runs in a fixed order: the same input gives the same bits.
+// The family over segments of rows (sorted ids or CSR offsets; rows of no segment left out), an
+// op policy Op (SegmentForward<Ep>, SegmentBackward<V>) over ops.cuh; docs/design.md, "Segments".
+//   segment_tiles  x and the keys read once; runs joined across a tile's threads by scans
+//   segment_fold   segments that cross tiles: their parts folded in tile order (fixed: same bits)
+//   segment_fixup  their rows read again and written from the total
+
 #include "common.cuh"
 #include "ops.cuh"
 
