@@ -8,7 +8,8 @@ operations for the backend.
 softmax and log_softmax carry a ``jax.custom_vjp`` whose backward is the family's VJP formula
 (``_composed.vjp``: one sum a slice, zero at masked positions), for `x` (and a Python scalar
 `scale`); with an array `scale`, and for logsumexp and the VJPs, JAX differentiates the
-reference. Sums accumulate in float64 only where JAX has x64 enabled (else in float32).
+reference. softmax_topk's values are gathered from those two, so they differentiate in `x` too.
+Sums accumulate in float64 only where JAX has x64 enabled (else in float32).
 
 Eager JAX arrays do not come here: they reach the kernels through DLPack (``_arrays``).
 """
@@ -157,6 +158,48 @@ def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     return _vjp("log_softmax_vjp", y, dy, axis, where, out)
+
+
+def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, scale=None,
+                 out=None):
+    """The eager function's order and values (``_topk``): the integer keys of
+    ``_topk._order_key``, complemented, so that ``lax.top_k`` (ties to the lower index) takes
+    the k smallest; the values gathered from softmax or log_softmax of the whole slice (the
+    custom VJP above, so they differentiate in `x`), or with `renormalize` of the k chosen.
+    `k` is static; the indices are JAX's default integer (int32 without x64)."""
+    from . import _topk
+
+    op = "softmax_topk"
+    _args.int_axis(axis)
+    if is_traced(k):
+        raise TypeError(f"{op} inside JAX transformations needs k, a static int")
+    x, axes = _x(x, axis, out, None, op)
+    if not axes:
+        raise np.exceptions.AxisError(axis, 0, f"{op} needs an axis: x is 0-d")
+    ax, n = axes[0], x.shape[axes[0]]
+    k = _args.count_k(k, n)
+    w, s = _where(where, x), _scale(scale, x, axes)
+    compute, _ = C.compute_types(x.dtype)
+    v = C.scaled(jnp, x, s, compute)
+    keep = None if w is None else jnp.broadcast_to(w, v.shape)
+    # XLA folds _order_key's ``v + 0`` (which makes -0.0 +0.0, a tie) into v: zero it here.
+    plain = jax.lax.stop_gradient(v)
+    key, nan_key, out_key = _topk._order_key(jnp, jnp.where(plain == 0, 0, plain), keep)
+    key = jnp.moveaxis(key, ax, -1)
+    top = jax.lax.top_k(~key, k)[1]
+    last, fn = (v.ndim - 1,), "log_softmax" if log else "softmax"
+    kept = None if keep is None else jnp.take_along_axis(key, top, axis=-1) != out_key
+    if renormalize:
+        chosen = jnp.take_along_axis(jnp.moveaxis(v, ax, -1), top, axis=-1)
+        values = _with_vjp(fn, last, None)(chosen, kept)
+        has_nan = jnp.any(key == nan_key, axis=-1, keepdims=True)
+        has_nan = has_nan if kept is None else has_nan & kept
+        values = jnp.where(has_nan, compute.type(np.nan), values)
+    else:
+        y = _with_vjp(fn, axes, None)(v, keep)
+        values = jnp.take_along_axis(jnp.moveaxis(y, ax, -1), top, axis=-1)
+    indices = top if kept is None else jnp.where(kept, top, -1)
+    return (jnp.moveaxis(values.astype(x.dtype), -1, ax), jnp.moveaxis(indices, -1, ax))
 
 
 # The segment functions: jax.ops's segment reductions (XLA's scatter), the shift and the map

@@ -32,7 +32,7 @@ SPECS = (
     OpSpec("log_softmax_vjp", ("y", "dy", "where"), False, ("log_softmax_vjp",),
            ("vjp_sum", "vjp"), _ALL),
     OpSpec("softmax_topk", ("x", "where", "scale"), True, ("softmax", "log_softmax"),
-           ("state",), frozenset({"dask", "torch"})),
+           ("state",), _ALL),
     OpSpec("segment_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
            ("state", "normalize"), _SEGMENT_FRONTS),
     OpSpec("segment_log_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),

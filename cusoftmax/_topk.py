@@ -133,7 +133,9 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     float64 in float64. On the GPU, float16, bfloat16 and float32 without `where` take one read
     of `x` by the topk kernels (k up to 256), a scalar `scale` positive and finite in float32
     applied as they load; the rest runs as CuPy array operations on the current stream (a
-    partition and a sort of the candidates).
+    partition and a sort of the candidates). Inside JAX transformations `k` is a static int,
+    the order is the same (``lax.top_k`` of the integer keys), the values differentiate in `x`,
+    and the indices are JAX's default integer (int32 without x64).
 
     Examples
     --------

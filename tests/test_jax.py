@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE
-from test_family import check
+from test_family import _values, check
 from test_segment import segment_cases
+from test_topk import ref_topk
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -134,12 +135,102 @@ def test_what_is_refused_inside_jit():
         jax.jit(lambda v: cusoftmax.softmax(v, out=v))(x)
     with pytest.raises(ValueError, match="GPU kernel"):
         jax.jit(lambda v: cusoftmax.softmax(v, method="block"))(x)
-    with pytest.raises(TypeError, match="inside JAX transformations"):
-        jax.jit(lambda v: cusoftmax.softmax_topk(v, 2))(x)
+    with pytest.raises(TypeError, match="static int"):
+        jax.jit(lambda v, k: cusoftmax.softmax_topk(v, k))(x, 2)
+    with pytest.raises(TypeError, match="immutable"):
+        jax.jit(lambda v: cusoftmax.softmax_topk(v, 2, out=(v, v)))(x)
+    with pytest.raises(ValueError, match="between 1"):
+        jax.jit(lambda v: cusoftmax.softmax_topk(v, 5))(x)
+    with pytest.raises(TypeError, match="one axis"):
+        jax.jit(lambda v: cusoftmax.softmax_topk(v, 2, axis=None))(x)
     with pytest.raises(TypeError, match="bool"):
         jax.jit(lambda v: cusoftmax.softmax(v, where=v))(x)
     with pytest.raises(ValueError, match="length 0"):
         jax.jit(lambda v: cusoftmax.softmax(v))(np.zeros((2, 0), np.float32))
+
+
+TOPK_FLAGS = [{}, {"log": True}, {"renormalize": True}, {"log": True, "renormalize": True}]
+
+
+@pytest.mark.parametrize("flags", TOPK_FLAGS, ids=str)
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_softmax_topk_under_jit(flags, axis):
+    """The eager order exactly (ties included: integer-valued logits), values within the bound,
+    with where=, a negative scalar scale and one scale a slice; indices -1 where where= left
+    fewer than k positions."""
+    rng = np.random.default_rng(5)
+    x = np.round(_x((6, 9, 8)) / 2).astype(np.float32)
+    where = rng.random(x.shape) < 0.4
+    slices = list(x.shape)
+    slices[axis] = 1
+    table = LOG_TOLERANCE if flags.get("log") else TOLERANCE
+    for kw in ({}, {"where": where}, {"scale": -0.5}, {"scale": rng.random(slices) + 0.5}):
+        got = jax.jit(lambda v, kw=kw: cusoftmax.softmax_topk(v, 5, axis, **flags, **kw))(x)
+        ref_v, ref_i = ref_topk(_values(x, np.float32, kw.get("scale")), axis, 5,
+                                kw.get("where"), **flags)
+        assert all(isinstance(a, jax.Array) for a in got) and got[0].dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(got[1]), ref_i)
+        check(np.asarray(got[0]), ref_v, np.float32, table)
+        if "where" in kw:
+            assert (ref_i == -1).any()
+    rows = jax.vmap(lambda r: cusoftmax.softmax_topk(r, 3, **flags))(x[0])
+    eager = cusoftmax.softmax_topk(x[0], 3, **flags)
+    np.testing.assert_array_equal(np.asarray(rows[1]), eager[1])
+    check(np.asarray(rows[0]), ref_topk(_values(x[0], np.float32), 1, 3, **flags)[0], np.float32,
+          table)
+
+
+def test_softmax_topk_special_values_as_the_eager_path():
+    x = np.array([[1.0, nan, 3.0, -inf, 3.0, nan, 0.0], [-inf, 0.0, -inf, 1.0, -inf, -inf, -inf],
+                  [-inf] * 7, [inf, 1.0, inf, 2.0, 0.0, 0.0, 0.0],
+                  [-0.0, 0.0, -0.0, 0.0, 1.0, 1.0, 1.0]], np.float32)
+    for k in (3, 7):
+        for flags in TOPK_FLAGS:
+            got = jax.jit(lambda v, k=k, f=flags: cusoftmax.softmax_topk(v, k, **f))(x)
+            want = cusoftmax.softmax_topk(x, k, **flags)
+            np.testing.assert_array_equal(np.asarray(got[1]), want[1])
+            np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("flags", TOPK_FLAGS, ids=str)
+def test_softmax_topk_grad_is_the_vjp_at_the_chosen_positions(flags):
+    """d/dx of sum(w * values): the family's VJP of the whole slice with w at the chosen
+    positions (0 elsewhere), or with `renormalize` the VJP of the k chosen values' own
+    softmax, scattered to their positions."""
+    x, w = _x((4, 9)), _x((4, 3), 6)
+    log = flags.get("log", False)
+    g = jax.grad(lambda v: jnp.sum(w * cusoftmax.softmax_topk(v, 3, **flags)[0]))(x)
+    x64 = x.astype(np.float64)
+    values, idx = cusoftmax.softmax_topk(x64, 3, **flags)
+    vjp = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    rows = np.arange(4)[:, None]
+    want = np.zeros_like(x64)
+    if flags.get("renormalize"):
+        want[rows, idx] = vjp(values, w.astype(np.float64))
+    else:
+        dy = np.zeros_like(x64)
+        dy[rows, idx] = w
+        want = vjp((cusoftmax.log_softmax if log else cusoftmax.softmax)(x64), dy)
+    check(np.asarray(g), want, np.float32, VJP_TOLERANCE, of=np.abs(want) + np.abs(w).max())
+
+
+def test_no_host_transfer_inside_jit():
+    """Every function, jitted and differentiated, on arrays already on the device, under
+    ``jax.transfer_guard("disallow")``: no value crosses to or from the host."""
+    x, dy = (jax.device_put(_x((4, 9), seed)) for seed in (0, 1))
+    where = jax.device_put(np.arange(9) < 6)
+    ids = jax.device_put(np.repeat(np.arange(3), 3).astype(np.int32))
+    calls = [lambda v: cusoftmax.softmax(v, where=where, scale=0.5),
+             lambda v: cusoftmax.log_softmax(v, axis=0),
+             lambda v: cusoftmax.logsumexp(v, axis=1, b=dy),
+             lambda v: cusoftmax.softmax_vjp(cusoftmax.softmax(v), dy),
+             lambda v: cusoftmax.log_softmax_vjp(cusoftmax.log_softmax(v), dy, where=where),
+             lambda v: cusoftmax.softmax_topk(v, 3, where=where)[0],
+             lambda v: cusoftmax.segment_log_softmax(v, ids, num_segments=3, axis=1)]
+    with jax.transfer_guard("disallow"):
+        for f in calls:
+            jax.block_until_ready(jax.jit(f)(x))
+            jax.block_until_ready(jax.jit(jax.grad(lambda v, f=f: jnp.sum(f(v))))(x))
 
 
 SEGMENT_FNS = [(cusoftmax.segment_softmax, TOLERANCE), (cusoftmax.segment_log_softmax,
