@@ -22,6 +22,7 @@ class OpSpec(NamedTuple):
 _ALL = frozenset({"dask", "jax", "torch"})
 _REF = ("state", "normalize")
 _SEGMENT_FRONTS = frozenset({"jax", "torch"})
+_IDS = ("segment_ids", "offsets", "where")
 SPECS = (
     OpSpec("softmax", ("x", "where", "scale"), False, ("softmax",), _REF, _ALL),
     OpSpec("log_softmax", ("x", "where", "scale"), False, ("log_softmax",), _REF, _ALL),
@@ -33,15 +34,15 @@ SPECS = (
            ("vjp_sum", "vjp"), _ALL),
     OpSpec("softmax_topk", ("x", "where", "scale"), True, ("softmax", "log_softmax"),
            ("state",), _ALL),
-    OpSpec("segment_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
+    OpSpec("segment_softmax", ("x", *_IDS, "scale"), True, ("softmax",),
            ("state", "normalize"), _SEGMENT_FRONTS),
-    OpSpec("segment_log_softmax", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
+    OpSpec("segment_log_softmax", ("x", *_IDS, "scale"), True, ("log_softmax",),
            ("state", "normalize"), _SEGMENT_FRONTS),
-    OpSpec("segment_logsumexp", ("x", "segment_ids", "offsets", "where", "scale"), True, (),
+    OpSpec("segment_logsumexp", ("x", *_IDS, "scale"), True, ("logsumexp",),
            ("state", "log_sum"), _SEGMENT_FRONTS),
-    OpSpec("segment_softmax_vjp", ("y", "dy", "segment_ids", "offsets", "where"), True, (),
+    OpSpec("segment_softmax_vjp", ("y", "dy", *_IDS), True, ("softmax_vjp",),
            ("vjp_sum", "vjp"), _SEGMENT_FRONTS),
-    OpSpec("segment_log_softmax_vjp", ("y", "dy", "segment_ids", "offsets", "where"), True, (),
+    OpSpec("segment_log_softmax_vjp", ("y", "dy", *_IDS), True, ("log_softmax_vjp",),
            ("vjp_sum", "vjp"), _SEGMENT_FRONTS),
 )
 OPS = {s.name: s for s in SPECS}

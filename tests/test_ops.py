@@ -26,9 +26,15 @@ def test_kernels_and_references_exist():
     from cusoftmax import _composed
     from cusoftmax.planning import EPILOGUES
 
+    from cusoftmax.planning import segment
+
     for spec in _ops.SPECS:
         assert set(spec.kernels) <= set(EPILOGUES), spec.name
         assert all(callable(getattr(_composed, r)) for r in spec.reference), spec.name
+        if spec.name in segment.EPILOGUES:  # the segment kernels' op policy wraps that epilogue
+            (op,) = spec.kernels
+            assert segment.EPILOGUES[spec.name].endswith(f"<csm::{EPILOGUES[op]}>"), spec.name
+    assert set(segment.EPILOGUES) <= set(_ops.NAMES)
 
 
 @pytest.mark.parametrize("front", ["dask", "jax", "torch"])
