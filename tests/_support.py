@@ -31,7 +31,7 @@ def block_max_cols(limits, itemsize, vec):
     """The longest row (elements) the block kernel holds under ``limits``, in packs of `vec`."""
     from cusoftmax.planning import TUNING
 
-    return (limits.smem_per_block - TUNING.block_scratch) // (vec * itemsize) * vec
+    return (limits.smem_per_block - TUNING.block.scratch) // (vec * itemsize) * vec
 
 
 def cluster_held_cols(limits, itemsize, vec):
@@ -40,7 +40,7 @@ def cluster_held_cols(limits, itemsize, vec):
     from cusoftmax.planning import TUNING as t
     from cusoftmax.planning.common import BLOCK_RESERVED
 
-    block = limits.smem_per_sm // t.cluster_blocks_per_sm - BLOCK_RESERVED - t.block_scratch
+    block = limits.smem_per_sm // t.cluster.blocks_per_sm - BLOCK_RESERVED - t.block.scratch
     return limits.max_cluster * (block // (vec * itemsize)) * vec
 
 
@@ -50,7 +50,7 @@ def cluster_policy_cols(limits, itemsize, vec):
     from cusoftmax.planning import TUNING
 
     held = cluster_held_cols(limits, itemsize, vec) // (limits.max_cluster * vec)
-    return limits.max_cluster * math.floor(held * (1 + TUNING.cluster_spill_max)) * vec
+    return limits.max_cluster * math.floor(held * (1 + TUNING.cluster.spill_max)) * vec
 
 
 def to_host(a) -> np.ndarray:

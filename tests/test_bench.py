@@ -39,16 +39,16 @@ def test_bench_variant_builds_a_tuning_by_field_type():
     before = planning.TUNING
     got = tool.variant(["registers_short_span_min_bytes=512", "block_threads=((16384, 128), (1e30, 1024))",
                         "registers_wide_span_max_bytes={2: 2048, 4: 20480}", "cluster_spill_max=0.25"])
-    assert got.registers_short_span_min_bytes == 512
-    assert got.block_threads == ((16384, 128), (1e30, 1024))
-    assert got.registers_wide_span_max_bytes == {2: 2048, 4: 20480}
-    assert isinstance(got.registers_wide_span_max_bytes, planning.BySize) and hash(got)
-    assert got.cluster_spill_max == 0.25 and got.warp_waves == before.warp_waves
+    assert got.registers.short_span_min_bytes == 512
+    assert got.block.threads == ((16384, 128), (1e30, 1024))
+    assert got.registers.wide_span_max_bytes == {2: 2048, 4: 20480}
+    assert isinstance(got.registers.wide_span_max_bytes, planning.BySize) and hash(got)
+    assert got.cluster.spill_max == 0.25 and got.warp.waves == before.warp.waves
     assert planning.TUNING is before and planning.active() is before
-    assert planning.TUNING.registers_short_span_min_bytes == 1024
+    assert planning.TUNING.registers.short_span_min_bytes == 1024
     with pytest.raises(SystemExit, match="is a dict"):
         tool.variant(["registers_wide_span_max_bytes=(2048, 20480)"])
-    with pytest.raises(SystemExit, match="no field"):
+    with pytest.raises(SystemExit, match="no value"):
         tool.variant(["NO_SUCH_FIELD=1"])
 
 

@@ -37,8 +37,28 @@ def test_defines_are_the_tuning_values():
 
 def test_a_variant_compiles_its_own_kernels():
     """The compiled-function cache is keyed by the defines: a variant's differ from the default's."""
-    import dataclasses
-
-    variant = dataclasses.replace(TUNING, spill_threads=256)
+    variant = TUNING.vary(spill_threads=256)
     assert "-DCSM_SPILL_THREADS=256" in _kernels.options(variant)
     assert _kernels.options(variant) != _kernels.options(TUNING)
+
+
+def test_tuning_slices_and_flat_names():
+    """Each value lives in its family's slice, named without the family; its flat name (slice,
+    then field) reads and varies it; a name the tuning lacks is a TypeError."""
+    import pytest
+
+    before = TUNING.values()
+    for name, value in before.items():
+        family, _, key = name.partition("_")
+        assert getattr(getattr(TUNING, family), key) == value
+    v = TUNING.vary(reduce_lane_stages=5, topk_max_k=8, reduce_waves=1)
+    assert (v.reduce.lane_stages, v.reduce.waves, v.topk.max_k) == (5, 1, 8)
+    assert v.reduce.threads == TUNING.reduce.threads and v.grid == TUNING.grid
+    assert v != TUNING and TUNING.values() == before and hash(v) != hash(TUNING)
+    for bad in ("reduce_no_such", "nothing", "values_x", "_hash", "reduce"):
+        with pytest.raises(TypeError, match="no value"):
+            TUNING.vary(**{bad: 1})
+    masked = TUNING.for_load("Masked")
+    assert masked.warp.lane_values == TUNING.masked.lane_values
+    assert masked.registers.wide_values == TUNING.masked.wide_values
+    assert TUNING.for_load("Plain") is TUNING

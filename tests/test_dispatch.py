@@ -36,11 +36,11 @@ def test_thresholds_come_from_the_device(limits, itemsize):
     vec = 16 // itemsize
     top = block_max_cols(limits, itemsize, vec)
     assert top * itemsize <= limits.smem_per_block
-    between = t.cluster_min_bytes // itemsize  # the longest row a block takes on sm_90
+    between = t.cluster.min_bytes // itemsize  # the longest row a block takes on sm_90
     past_block = "cluster" if limits.clusters else "online"
-    reg_top = max(t.registers_max_cols, t.registers_max_bytes // itemsize)
-    tiles_top = t.tiles_max_bytes // itemsize
-    wide_top = t.registers_wide_max_bytes // itemsize  # wide rows of 16-byte packs
+    reg_top = max(t.registers.max_cols, t.registers.max_bytes // itemsize)
+    tiles_top = t.tiles.max_bytes // itemsize
+    wide_top = t.registers.wide_max_bytes // itemsize  # wide rows of 16-byte packs
     cases = [
         (1, "registers"), (2, "registers"), (3, "registers"), (reg_top - 1, "registers"),
         (reg_top, "registers"), (max(reg_top, tiles_top, wide_top) + 1, "block"),
@@ -51,18 +51,18 @@ def test_thresholds_come_from_the_device(limits, itemsize):
         # Past the short rows, wide rows when an SM's blocks hold enough bytes of rows: float32
         # from the first (64 lanes, 32 blocks an SM); half types from 1268 elements (96 lanes,
         # 21 blocks an SM) to 1536, then from 1664 (128 lanes, 16 blocks).
-        assert t.registers_wide_min_resident_bytes == 52 * 1024 and MAX_BLOCKS_PER_SM == 32
+        assert t.registers.wide_min_resident_bytes == 52 * 1024 and MAX_BLOCKS_PER_SM == 32
         wide = {4: [(513, True)], 2: [(1025, False), (1267, False), (1268, True), (1536, True),
                                       (1537, False), (1663, False), (1664, True)]}[itemsize]
         cases += [(cols, "registers" if w else "tiles") for cols, w in wide]
         # Rows of narrower packs: up to REGISTERS_WIDE_NARROW_VEC elements a pack, wide rows to
         # REGISTERS_WIDE_NARROW_MAX_COLS; wider packs as before (tiles, then block at 4 KiB).
-        top_n = t.registers_wide_narrow_max_cols
+        top_n = t.registers.wide_narrow_max_cols
         for narrow in range(1, vec):
             if narrow & (narrow - 1):
                 continue
             expect = [("registers", "registers", "block"), ("tiles", "block", "block")][
-                narrow > t.registers_wide_narrow_vec]
+                narrow > t.registers.wide_narrow_vec]
             got = tuple(rows_plan(c, itemsize, narrow, limits).method for c in (reg_top + 1, top_n, top_n + 1))
             assert got == expect, (itemsize, narrow, got)
     else:
@@ -74,8 +74,8 @@ def test_thresholds_come_from_the_device(limits, itemsize):
                   (htop, "cluster"), (htop + 1, "cluster"), (ctop - 1, "cluster"),
                   (ctop, "cluster")]
         # Past the cluster: float32 rows of up to GRID_MAX_ROW_BYTES spread over the GPU.
-        spread = "grid" if itemsize == t.grid_itemsize else "online"
-        gtop = t.grid_max_row_bytes // itemsize
+        spread = "grid" if itemsize == t.grid.itemsize else "online"
+        gtop = t.grid.max_row_bytes // itemsize
         cases += [(ctop + 1, spread), (gtop, spread), (gtop + 1, "online")]
         # Held on chip up to htop; past it each block spills the rest of its slice.
         assert rows_plan(htop, itemsize, vec, limits).kernel == "cluster"
@@ -84,7 +84,7 @@ def test_thresholds_come_from_the_device(limits, itemsize):
             p = rows_plan(cols, itemsize, vec, limits, method="cluster")
             assert p.method == "cluster" and p.kernel == "spill"
             assert p.template == (vec, limits.max_cluster)
-            assert p.held * limits.max_cluster * vec < cols and p.block == t.spill_threads
+            assert p.held * limits.max_cluster * vec < cols and p.block == t.spill.threads
         with pytest.raises(ValueError, match="2\\*\\*31"):
             rows_plan(2**36, itemsize, vec, limits, method="cluster")
     else:
@@ -97,7 +97,7 @@ def test_thresholds_come_from_the_device(limits, itemsize):
         assert p.smem <= limits.smem_per_block
         if method == "cluster":
             size = p.template[1]
-            assert size in t.cluster_sizes and p.grid % size == 0
+            assert size in t.cluster.sizes and p.grid % size == 0
 
 
 def test_threads_by_bytes_held():
@@ -115,7 +115,7 @@ def test_threads_by_bytes_held():
     small = d.plan(Layout(1, 100, 64, (0, 64), (0, 64)), 4, (0, 0), H200)  # axis 0 of 100 x 64
     size = small.template[1]
     assert small.method == "slab" and threads_for(slab.slice_bytes(100, small.width, 4, 4, size), 4, t) == 64
-    assert small.block == t.slab_min_threads
+    assert small.block == t.slab.min_threads
 
 
 def test_block_limit_tracks_the_device():
@@ -129,9 +129,9 @@ def test_block_limit_tracks_the_device():
 def test_cluster_size_is_the_smallest_with_small_slices():
     for cols in (16385, 32768, 65536, 131072, 262144, 400000, 600000):
         p = rows_plan(cols, method="cluster")
-        size, slice_bytes = p.template[1], p.smem - t.block_scratch
-        smaller = [s for s in t.cluster_sizes if s < size]
-        ladder = (*t.cluster_slice_bytes, cluster.shared_slice_bytes(H200, t))  # then two blocks an SM
+        size, slice_bytes = p.template[1], p.smem - t.block.scratch
+        smaller = [s for s in t.cluster.sizes if s < size]
+        ladder = (*t.cluster.slice_bytes, cluster.shared_slice_bytes(H200, t))  # then two blocks an SM
         small = [b for b in ladder if math.ceil(cols / H200.max_cluster) * 4 <= b]
         if not small:  # none holds it with two blocks an SM: the largest size, spilling
             assert p.kernel == "spill" and slice_bytes == p.held * 16
@@ -148,7 +148,7 @@ def test_cluster_size_is_the_smallest_with_small_slices():
 def test_tiles_shape():
     p = rows_plan(32, 2, 8, method="tiles")  # 4 packs: 4 lanes, 8 groups per warp, 8 rows each
     assert (p.lanes, p.template) == (4, (8, 8))
-    assert p.smem == t.tiles_block // 32 * t.tiles_warp_bytes
+    assert p.smem == t.tiles.block // 32 * t.tiles.warp_bytes
     p = rows_plan(1024, 2, 8, method="tiles")  # 2 KiB rows: 2 per warp
     assert (p.method, p.lanes, p.template) == ("tiles", 32, (8, 2))
     p = rows_plan(3000, 4, 1, method="tiles")  # one row per warp beyond TILES_WARP_BYTES
@@ -160,8 +160,8 @@ def test_tiles_shape():
 def test_grid_follows_the_tuning_it_is_given():
     """A Tuning variant, passed in or made active by planning.use, sets the looped grids: the
     half-type and tiles grids by warp_waves, float32's short rows by registers_float32_waves."""
-    residency = H200.sm_count * (2048 // t.warp_block)
-    variant = dataclasses.replace(t, warp_waves=3, registers_float32_waves=5)
+    residency = H200.sm_count * (2048 // t.warp.block)
+    variant = t.vary(warp_waves=3, registers_float32_waves=5)
     assert rows_plan(32, 2, 8, rows=2**30, tuning=variant).grid == residency * 3  # registers, half type
     assert rows_plan(32, 4, 4, rows=2**30, tuning=variant).grid == residency * 5  # registers, float32
     tiles = rows_plan(600, 4, 4, rows=2**30, method="tiles", tuning=variant)
@@ -169,11 +169,11 @@ def test_grid_follows_the_tuning_it_is_given():
     with d.use(variant):
         assert d.active() is variant
         assert rows_plan(32, 2, 8, rows=2**30).grid == residency * 3
-    assert d.active() is t and rows_plan(32, 2, 8, rows=2**30).grid == residency * t.warp_waves
+    assert d.active() is t and rows_plan(32, 2, 8, rows=2**30).grid == residency * t.warp.waves
 
 
 def test_registers_shape():
-    assert t.warp_lane_values == 16
+    assert t.warp.lane_values == 16
     p = rows_plan(32, 4, 4)  # 8 packs of 4: 8 lanes per row, 4 row groups per warp, 4 rows each
     assert (p.lanes, p.template) == (8, (4, 1, 4, 8))
     p = rows_plan(32, 2, 8)  # bfloat16: 4 packs of 8, two rows per group hold 16 values a lane
@@ -181,10 +181,10 @@ def test_registers_shape():
     p = rows_plan(256, 4, 4)  # 2 packs per lane: 8 values per lane, two rows per group
     assert (p.lanes, p.template) == (32, (4, 2, 2, 32))
     p = rows_plan(32, 4, 1)  # scalar packs: 32 lanes of 1 value, the most rows per group
-    assert (p.lanes, p.template) == (32, (1, 1, t.warp_max_rows, 32))
+    assert (p.lanes, p.template) == (32, (1, 1, t.warp.max_rows, 32))
     # float64 rows of one pack a lane: two rows per group (4 values a lane); of more packs, as
     # the other types (rows of 128: 2 packs a lane, four rows per group, 16 values)
-    assert t.warp_lane_values_float64_one_pack == 4
+    assert t.warp.lane_values_float64_one_pack == 4
     for cols, lanes in ((2, 1), (10, 8), (32, 16), (64, 32)):
         p = rows_plan(cols, 8, 2)
         assert (p.lanes, p.template) == (lanes, (2, 1, 2, lanes)), (cols, p)
@@ -196,16 +196,16 @@ def test_registers_shape():
     assert (p.lanes, p.template) == (32, (8, 4, 1, 32))
     # short rows loop over rows on a grid of full residencies: float32 rows of 16-byte packs
     # REGISTERS_FLOAT32_WAVES of them, other rows WARP_WAVES
-    residency = H200.sm_count * (2048 // t.warp_block)
+    residency = H200.sm_count * (2048 // t.warp.block)
     big = rows_plan(32, 4, 4, rows=2**30)
-    assert big.grid == residency * t.registers_float32_waves
+    assert big.grid == residency * t.registers.float32_waves
     for itemsize, vec in ((2, 8), (4, 2), (8, 2)):
-        assert rows_plan(32, itemsize, vec, rows=2**30).grid == residency * t.warp_waves
+        assert rows_plan(32, itemsize, vec, rows=2**30).grid == residency * t.warp.waves
     # short rows: blocks within the kernel's __launch_bounds__ (a larger block fails to launch)
-    assert big.block == t.warp_block <= t.registers_short_threads
+    assert big.block == t.warp.block <= t.registers.short_threads
     # wide rows (past the short rows): 16 values per lane, whole warps, a row a block, a block a
     # row, up to 1024 lanes
-    assert t.registers_wide_values == 16
+    assert t.registers.wide_values == 16
     p = rows_plan(5000, 2, 8, method="registers")  # 625 packs, 2 a lane: 313 lanes, 10 warps
     assert (p.lanes, p.template, p.block) == (320, (8, 2, 0, 0), 320)
     p = rows_plan(1025, 4, 4, method="registers")  # 257 packs, 4 a lane: 65 lanes, 3 warps
@@ -217,8 +217,8 @@ def test_registers_shape():
     assert (p.block, p.grid) == (64, 2**30)
     assert rows_plan(2048, 2, 8).block == 128  # 4 KiB of bfloat16
     assert rows_plan(1024, 4, 4, rows=2**32).grid == MAX_GRID  # blocks loop past it
-    top = t.registers_max_lanes * t.registers_wide_values
-    assert rows_plan(top, 8, 2, method="registers").lanes == t.registers_max_lanes
+    top = t.registers.max_lanes * t.registers.wide_values
+    assert rows_plan(top, 8, 2, method="registers").lanes == t.registers.max_lanes
     with pytest.raises(ValueError, match="registers"):
         rows_plan(top + 1, 8, 2, method="registers")
 
@@ -229,9 +229,9 @@ def test_online_chunks_do_not_depend_on_the_batch():
     p = plans[0]
     assert p.chunk % p.vec == 0 and p.chunk * p.chunks >= 10**6 > p.chunk * (p.chunks - 1)
     huge = rows_plan(2**33, rows=3)
-    assert huge.chunks == t.online_max_chunks and huge.per_group == 1 and huge.lines == 3
-    assert rows_plan(2**24).chunk == t.online_min_chunk_bytes // 4
-    assert rows_plan(2**24, 2).chunk == t.online_min_chunk_bytes // 2  # the same bytes
+    assert huge.chunks == t.online.max_chunks and huge.per_group == 1 and huge.lines == 3
+    assert rows_plan(2**24).chunk == t.online.min_chunk_bytes // 4
+    assert rows_plan(2**24, 2).chunk == t.online.min_chunk_bytes // 2  # the same bytes
     assert rows_plan(2**27).chunk == 2**17
 
 
@@ -250,12 +250,12 @@ def test_two_pass_groups_spare_a_short_last_group(lines):
 
 
 def test_two_pass_groups_and_launch_size_from_the_device():
-    resident = H200.sm_count * t.online_blocks_per_sm[4]
-    p = rows_plan(t.online_min_chunk_bytes, rows=1000, method="online")  # 4 chunks per row
+    resident = H200.sm_count * t.online.blocks_per_sm[4]
+    p = rows_plan(t.online.min_chunk_bytes, rows=1000, method="online")  # 4 chunks per row
     assert p.chunks == 4 and p.grid == resident
-    half = rows_plan(t.online_min_chunk_bytes, 2, rows=1000, method="online")  # 3 blocks an SM
-    assert half.grid == H200.sm_count * t.online_blocks_per_sm[2] > resident
-    assert p.per_group == group_size(1000, math.ceil(t.online_group_waves * resident / 4))
+    half = rows_plan(t.online.min_chunk_bytes, 2, rows=1000, method="online")  # 3 blocks an SM
+    assert half.grid == H200.sm_count * t.online.blocks_per_sm[2] > resident
+    assert p.per_group == group_size(1000, math.ceil(t.online.group_waves * resident / 4))
     few = rows_plan(10**6, rows=1, method="online")  # one row: one item per chunk and pass
     assert few.per_group == 1 and few.grid == min(resident, 2 * few.chunks)
     short = rows_plan(2, rows=3, method="online")  # the whole batch is one group
@@ -271,11 +271,11 @@ def test_online_blocks_hold_what_their_shared_memory_leaves():
     for itemsize, cols in ((4, 2**24), (2, 2**21), (4, 10**6 + 1), (8, 2**22), (2, 3000)):
         vec = 16 // itemsize if cols % (16 // itemsize) == 0 else 1
         p = rows_plan(cols, itemsize, vec, rows=2, method="online")
-        per_sm = t.online_blocks_per_sm[itemsize]
-        assert p.held % (t.online_threads * p.vec) == 0 and 0 <= p.held <= p.chunk
+        per_sm = t.online.blocks_per_sm[itemsize]
+        assert p.held % (t.online.threads * p.vec) == 0 and 0 <= p.held <= p.chunk
         assert p.smem == p.held * itemsize
         assert per_sm * (p.smem + ONLINE_STATIC_BYTES + BLOCK_RESERVED) <= H200.smem_per_sm
-        assert (p.held > 0) == (itemsize in t.online_holds)
+        assert (p.held > 0) == (itemsize in t.online.holds)
 
 
 @pytest.mark.parametrize("limits", [H200, A100])
@@ -283,9 +283,9 @@ def test_online_blocks_hold_what_their_shared_memory_leaves():
 def test_grid_rows_fit_the_resident_blocks(limits, itemsize):
     vec = 16 // itemsize
     per, smem, most = grid.shape(itemsize, vec, limits, t)
-    assert per * vec * itemsize == t.grid_chunk_bytes
-    assert smem == t.block_scratch + (t.grid_ahead + t.grid_lag) * t.grid_chunk_bytes
-    resident = most // (t.grid_lag + 1)
+    assert per * vec * itemsize == t.grid.chunk_bytes
+    assert smem == t.block.scratch + (t.grid.ahead + t.grid.lag) * t.grid.chunk_bytes
+    resident = most // (t.grid.lag + 1)
     assert resident % limits.sm_count == 0 and resident * (smem + BLOCK_RESERVED) <= limits.smem_per_sm * limits.sm_count
     gtop = most * per * vec  # the longest row: GRID_LAG + 1 chunks in every resident block
     for cols in (1, 1000, 10**5, gtop - 1, gtop):
@@ -293,14 +293,14 @@ def test_grid_rows_fit_the_resident_blocks(limits, itemsize):
         assert p.chunk == per * vec and p.chunks == math.ceil(cols / p.chunk) <= most
         assert p.smem + grid.GRID_STATIC_BYTES <= limits.smem_per_block
         assert p.grid == min(resident, 7 * p.chunks) and p.lines == 7
-        assert (p.ahead, p.lag, p.block) == (t.grid_ahead, t.grid_lag, t.grid_threads)
+        assert (p.ahead, p.lag, p.block) == (t.grid.ahead, t.grid.lag, t.grid.threads)
     with pytest.raises(ValueError, match="grid"):
         rows_plan(gtop + 1, itemsize, vec, limits, method="grid")
 
 
 def test_grid_rows_in_the_policy():
     p = rows_plan(2**20, rows=64)  # float32 rows of 4 MiB: 128 chunks of 32 KiB
-    assert p.method == "grid" and p.chunks == 2**20 * 4 // t.grid_chunk_bytes
+    assert p.method == "grid" and p.chunks == 2**20 * 4 // t.grid.chunk_bytes
     assert p.grid == H200.sm_count * 3  # 3 blocks of 64 KiB and a little an SM
     assert rows_plan(2**20 + 4, rows=64).method == "online"  # past GRID_MAX_ROW_BYTES
     assert rows_plan(2**21, 2).method == "online"  # bfloat16 rows of the same bytes
@@ -342,15 +342,15 @@ def test_layout_policy():
     assert d.plan(rows, 4, (0, 0), H200, method="columns").method == "columns"
     wide = Layout(1, 4096, 16384, (0, 16384), (0, 16384))
     p = d.plan(wide, 4, (0, 0), A100)  # no clusters: the two-pass kernel
-    assert p.method == "columns" and p.vec == 4 and p.width * 4 == t.columns_strip_cols
+    assert p.method == "columns" and p.vec == 4 and p.width * 4 == t.columns.strip_cols
     assert p.chunk * p.chunks >= 4096 > p.chunk * (p.chunks - 1)
-    assert p.lines == 16384 // (4 * p.width) and t.columns_threads % p.width == 0
-    resident = A100.sm_count * t.columns_blocks_per_sm
-    assert p.per_group == group_size(p.lines, min(p.lines, math.ceil(t.columns_group_waves * resident / p.chunks)))
+    assert p.lines == 16384 // (4 * p.width) and t.columns.threads % p.width == 0
+    resident = A100.sm_count * t.columns.blocks_per_sm
+    assert p.per_group == group_size(p.lines, min(p.lines, math.ceil(t.columns.group_waves * resident / p.chunks)))
     few = d.plan(Layout(1, 4096, 20, (0, 20), (0, 20)), 2, (0, 0), H200, method="columns")
     assert (few.vec, few.width, few.lines) == (4, 8, 1)  # 5 packs: a strip of 8, 3 padding
-    assert d.plan(wide, 2, (0, 0), A100).vec == t.columns_max_vec
-    narrow = Layout(1, 4096, t.columns_min_inner - 1, (0, 31), (0, 31))
+    assert d.plan(wide, 2, (0, 0), A100).vec == t.columns.max_vec
+    narrow = Layout(1, 4096, t.columns.min_inner - 1, (0, 31), (0, 31))
     assert d.plan(narrow, 4, (0, 0), H200) is None  # transposing copy, then rows
     assert d.plan(narrow, 4, (0, 0), H200, method="columns").method == "columns"
     assert d.plan(None, 4, (0, 0), H200) is None
@@ -367,19 +367,19 @@ def test_slab_policy():
     p = d.plan(axis0(4096, 16384), 4, (0, 0), H200)
     launch = p
     size, strip = launch.template[1], p.width * 16
-    assert p.method == "slab" and p.vec == 4 and strip == t.slab_strip_bytes[0]
+    assert p.method == "slab" and p.vec == 4 and strip == t.slab.strip_bytes[0]
     assert p.lines == 16384 * 4 // strip and launch.grid == p.lines * size
     assert launch.block % 32 == 0 and (launch.block // 32) & (launch.block // 32 - 1) == 0  # warps: 2**k
-    rows = max(size, t.slab_max_warps)  # pairs' rows of a round: the cluster's blocks or the warps
-    assert launch.smem == t.slab_scratch + 16 * rows * (strip // 4) + math.ceil(4096 / size) * strip
-    assert math.ceil(4096 / size) * strip <= t.slab_slice_bytes
-    assert size == t.cluster_sizes[0] or math.ceil(4096 / (size // 2)) * strip > t.slab_slice_bytes
+    rows = max(size, t.slab.max_warps)  # pairs' rows of a round: the cluster's blocks or the warps
+    assert launch.smem == t.slab.scratch + 16 * rows * (strip // 4) + math.ceil(4096 / size) * strip
+    assert math.ceil(4096 / size) * strip <= t.slab.slice_bytes
+    assert size == t.cluster.sizes[0] or math.ceil(4096 / (size // 2)) * strip > t.slab.slice_bytes
     # Past small slices on 16 blocks of the first width: the last width.
     long = d.plan(axis0(16384, 4096), 4, (0, 0), H200)
-    assert (long.method, long.width * 16) == ("slab", t.slab_strip_bytes[-1])
+    assert (long.method, long.width * 16) == ("slab", t.slab.strip_bytes[-1])
     assert long.block in (128, 256)
-    last = t.slab_strip_bytes[-1]
-    room = H200.smem_per_block - t.slab_scratch - 16 * max(H200.max_cluster, t.slab_max_warps) * (last // 4)
+    last = t.slab.strip_bytes[-1]
+    room = H200.smem_per_block - t.slab.scratch - 16 * max(H200.max_cluster, t.slab.max_warps) * (last // 4)
     top = H200.max_cluster * (room // last)  # steps held
     assert d.plan(axis0(top, 4096), 4, (0, 0), H200).width * 16 == last
     assert d.plan(axis0(top + 1, 4096), 4, (0, 0), H200).method == "columns"
@@ -401,7 +401,7 @@ def test_columns_chunks_depend_on_the_axis_only():
              for o in (1, 9)]  # 70000 steps of a 64-byte strip: more than a cluster holds
     assert {p.method for p in plans} == {"columns"}
     assert {(p.chunk, p.chunks) for p in plans} == {(plans[0].chunk, plans[0].chunks)}
-    assert plans[0].chunks <= t.columns_max_chunks and plans[0].chunk >= t.columns_min_chunk
+    assert plans[0].chunks <= t.columns.max_chunks and plans[0].chunk >= t.columns.min_chunk
 
 
 def test_templates_are_finite_and_cover_vector_widths():
@@ -456,17 +456,17 @@ def test_rows_off_16_byte_boundaries_take_their_spans_where_x_and_y_lie_alike():
     assert rows(1001, 1002, 1001).template == (1, 16, 0, 0)
     # past REGISTERS_WIDE_SPAN_MAX_BYTES, the block kernel in 16-byte packs, its shared memory
     # sized for cols + vec - 1
-    top = {isz: b // isz for isz, b in t.registers_wide_span_max_bytes.items()}
+    top = {isz: b // isz for isz, b in t.registers.wide_span_max_bytes.items()}
     assert rows(top[4] - 1, top[4] - 1, top[4] - 1).template == (4, 4, 0, 0)
     assert rows(top[2] - 1, top[2] - 1, top[2] - 1, itemsize=2).template == (8, 2, 0, 0)
     p = rows(top[2] + 1, top[2] + 1, top[2] + 1, itemsize=2)
-    assert (p.method, p.vec, p.smem) == ("block", 8, t.block_scratch + math.ceil((top[2] + 8) / 8) * 16)
+    assert (p.method, p.vec, p.smem) == ("block", 8, t.block.scratch + math.ceil((top[2] + 8) / 8) * 16)
     p = rows(top[4] + 1, top[4] + 1, top[4] + 1)
-    assert (p.method, p.vec, p.smem) == ("block", 4, t.block_scratch + math.ceil((top[4] + 4) / 4) * 16)
+    assert (p.method, p.vec, p.smem) == ("block", 4, t.block.scratch + math.ceil((top[4] + 4) / 4) * 16)
     # clusters alike: slices of 50260 elements' packs; float64 rows in 2-element packs
     p = rows(50257, 50257, 50257)
     assert (p.method, p.vec, p.template) == ("cluster", 4, (4, 8))
-    assert p.smem == t.block_scratch + math.ceil(12565 / 8) * 16
+    assert p.smem == t.block.scratch + math.ceil(12565 / 8) * 16
     assert rows(9001, 9001, 9001, itemsize=8).vec == 2
     # a spilling cluster
     cols = cluster_held_cols(H200, 2, 8) * 3 // 2 + 1
@@ -496,7 +496,7 @@ def test_flat_rows():
                              (129, 2, (5, 32)), (501, 2, (16, 32)), (3, 4, (3, 1)), (65, 4, (5, 16))):
         p = rows(cols, isz)
         assert (p.method, p.kernel, p.template, p.vec) == ("flat", "flat", shape, 16 // isz)
-        assert p.run % (32 // shape[1]) == 0 and p.run * cols * isz <= t.flat_warp_bytes
+        assert p.run % (32 // shape[1]) == 0 and p.run * cols * isz <= t.flat.warp_bytes
         assert p.smem == 4 * ((p.run * cols + 2 * (16 // isz) - 2) // (16 // isz)) * 16
     assert rows(1, 2).template == (1, 1) and rows(1, 2).run % 32 == 0
     # past FLAT_MAX_BYTES, aligned rows, float64, rows apart, x unlike y: other kernels
@@ -586,14 +586,14 @@ def test_api_plans_are_keyed_by_the_tuning(monkeypatch):
     from cusoftmax import _engine
 
     monkeypatch.setattr(d, "device_limits", lambda device_id: H200)
-    residency = H200.sm_count * (2048 // t.warp_block)
+    residency = H200.sm_count * (2048 // t.warp.block)
     args = ((2**30, 32), (32, 1), (32, 1), (1,), 2, (0, 0), 0, None)
     _engine._plan.cache_clear()
     try:
-        assert _engine._plan(*args, t, "softmax")[1].grid == residency * t.warp_waves
-        assert _engine._plan(*args, dataclasses.replace(t, warp_waves=3), "softmax")[1].grid == residency * 3
+        assert _engine._plan(*args, t, "softmax")[1].grid == residency * t.warp.waves
+        assert _engine._plan(*args, t.vary(warp_waves=3), "softmax")[1].grid == residency * 3
         logged = _engine._plan(*args, t, "log_softmax")[1]
-        assert logged.ops == ("Plain", "LogSoftmax") and logged.grid == residency * t.warp_waves
+        assert logged.ops == ("Plain", "LogSoftmax") and logged.grid == residency * t.warp.waves
     finally:
         _engine._plan.cache_clear()
 
@@ -633,7 +633,7 @@ def test_masked_plans_by_row_length():
         layout = Layout(rows, cols, 1, (cols, 1), (cols, 1))
         return d.plan(layout, itemsize, (0, 0), limits, None, tuning, "softmax", "Masked")
 
-    most = t.masked_registers_max_cols
+    most = t.masked.registers_max_cols
     for itemsize in (2, 4, 8):
         assert masked(32, itemsize=itemsize).kernel == "registers"
         assert masked(most, itemsize=itemsize).kernel == "registers"
@@ -643,18 +643,18 @@ def test_masked_plans_by_row_length():
     plain = d.plan(Layout(64, 3 * most, 1, (3 * most, 1), (3 * most, 1)), 4, (0, 0), H200)
     staged = masked(3 * most)
     per = math.ceil(3 * most / 4 / staged.size) * 4
-    assert staged.smem == t.block_scratch + 5 * per
+    assert staged.smem == t.block.scratch + 5 * per
     assert staged.size >= plain.size
     assert masked(2**20) is None  # a spill's plan: array operations
     assert masked(2**21, itemsize=8) is None
     # no clusters: the block while it holds the row
     assert masked(most + 1, limits=A100).kernel == "block"
-    assert masked(most + 1, limits=A100).smem == t.block_scratch + 5 * (most + 4)
+    assert masked(most + 1, limits=A100).smem == t.block.scratch + 5 * (most + 4)
     assert masked(40000, limits=A100) is None
     # without registers' rows: block below cluster_min_bytes, then clusters
-    staged_only = dataclasses.replace(t, masked_registers_max_cols=0)
+    staged_only = t.vary(masked_registers_max_cols=0)
     assert masked(1000, tuning=staged_only).kernel == "block"
-    assert masked(t.cluster_min_bytes // 4 + 4, tuning=staged_only).kernel == "cluster"
+    assert masked(t.cluster.min_bytes // 4 + 4, tuning=staged_only).kernel == "cluster"
     strided = Layout(1, 1000, 4096, (1000 * 4096, 4096), (1000 * 4096, 4096))
     assert d.plan(strided, 4, (0, 0), H200, None, None, "softmax", "Masked") is None
     for entry in d.ORDER:
@@ -683,14 +683,14 @@ def test_reduce_plans_cover_every_row_and_axis():
     # 8 lanes (past reduce_lane_warp_lanes) to reduce_lane_staged_lanes: the next step in registers
     assert rows(2**20, 128).template == (4, 8, 4, 1, 0, 0) and rows(2**20, 128).smem == 0
     assert rows(2**20, 256).template == (4, 16, 4, 1, 0, 0) and rows(2**20, 256).smem == 0
-    own = dataclasses.replace(t, reduce_lane_warp_lanes=(1, 1))
+    own = t.vary(reduce_lane_warp_lanes=(1, 1))
     assert d.reduce_plan(rows_layout(2**20, 32), 4, 0, H200, own).template == (4, 2, 4, 1, 0, 0)
     # a warp's 32 lanes: 2 steps in flight in a ring of 3 steps of 4 packs of 256 threads' 16 bytes
     assert rows(2**20, 512, 2).template == (8, 16, 4, 1, 0, 0) and rows(2**20, 512, 2).smem == 0
     assert rows(2**20, 1024, 2).template == (8, 32, 4, 1, 2, 0) and rows(2**20, 1024, 2).smem == 3 * 4 * 256 * 16
     assert rows(2**20, 65, 2).template == (1, 32, 4, 1, 1, 0) and rows(2**20, 65, 2).smem == 0  # 2-byte packs
     # no more steps in flight than keep the launch bounds' 4 blocks an SM resident
-    deep = d.reduce_plan(rows_layout(2**20, 1024), 2, 0, H200, dataclasses.replace(t, reduce_lane_stages=7))
+    deep = d.reduce_plan(rows_layout(2**20, 1024), 2, 0, H200, t.vary(reduce_lane_stages=7))
     assert deep.stages == 2 and 4 * (deep.smem + 1024) <= H200.smem_per_sm < 4 * (deep.smem + 16384 + 1024)
     assert short.ops == ("Plain", "LogSumExp")
     states = d.reduce_plan(Layout(2**20, 32, 1, (32, 1), (32, 1)), 4, 0, H200, t, "slice_state")
@@ -742,7 +742,7 @@ def test_vjp_plans_by_row_length():
     assert plan(4096, 2048, 2).block == 64  # bfloat16: 8 elements a pack
     # a wave's rows within vjp_block_l2_bytes: 2 blocks an SM of 64 KiB rows, 1 of 128 KiB; none
     # where 4 fit, or not even 1
-    smem, unheld = H200.smem_per_sm, dataclasses.replace(t, vjp_hold_min_bytes=2**40)
+    smem, unheld = H200.smem_per_sm, t.vary(vjp_hold_min_bytes=2**40)
 
     def block(rows, n, itemsize=4):  # vjp_block's plan where vjp_hold would take the row
         return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, unheld)
@@ -752,9 +752,9 @@ def test_vjp_plans_by_row_length():
     assert plan(4096, 2**20).block == 256
     assert plan(2 * H200.sm_count, 2**20).kernel == "vjp_block"
     few = plan(64, 2**20)
-    assert few.kernel == "vjp_chunks" and few.chunk * 4 == t.vjp_chunk_bytes and few.chunks == 64
+    assert few.kernel == "vjp_chunks" and few.chunk * 4 == t.vjp.chunk_bytes and few.chunks == 64
     assert few.grid == H200.sm_count * 4 and 64 % few.per_group == 0  # resident blocks; whole groups
-    assert few.per_group * few.chunks >= t.vjp_group_waves * few.grid
+    assert few.per_group * few.chunks >= t.vjp.group_waves * few.grid
     assert few.args(Layout(64, 2**20, 1, (2**20, 1), (2**20, 1))) == (64, 2**20, 16384, 64, few.per_group)
     assert few.workspace() == (8 + 256 + 16 * 64 * 65, 8 + 256)  # (bytes, head zeroed: tickets, counts)
     odd = plan(3, 9001, 2)  # bfloat16, an odd row: packs of 1, the last chunk short
@@ -771,7 +771,7 @@ def test_vjp_hold_plans():
     def plan(rows, n, itemsize=4):
         return d.vjp_plan(rows_layout(rows, n), itemsize, (0, 0, 0), H200, t)
 
-    assert t.vjp_hold_min_bytes == 32768 and t.vjp_hold_threads * t.vjp_hold_packs == 8192
+    assert t.vjp.hold_min_bytes == 32768 and t.vjp.hold_threads * t.vjp.hold_packs == 8192
     full = plan(2048, 32768)
     assert full.kernel == "vjp_hold" and full.template == (4, 8) and full.block == 1024
     assert full.smem == 1024 * 8 * 16 and full.grid == 2048
@@ -801,14 +801,14 @@ def test_vjp_plans_of_a_strided_axis():
 
     p = plan(1, 4096, 16384)
     assert p.kernel == "vjp_columns" and p.template == (4,) and p.width == 64
-    assert p.chunk * 64 * 4 * 4 == t.vjp_columns_chunk_bytes and p.chunks == math.ceil(4096 / p.chunk)
-    assert p.lines == 16384 // 256 and p.grid == H200.sm_count * t.vjp_columns_blocks_per_sm
-    assert p.per_group * p.chunks >= t.vjp_group_waves * p.grid and p.lines % p.per_group == 0
+    assert p.chunk * 64 * 4 * 4 == t.vjp.columns_chunk_bytes and p.chunks == math.ceil(4096 / p.chunk)
+    assert p.lines == 16384 // 256 and p.grid == H200.sm_count * t.vjp.columns_blocks_per_sm
+    assert p.per_group * p.chunks >= t.vjp.group_waves * p.grid and p.lines % p.per_group == 0
     layout = Layout(1, 4096, 16384, (4096 * 16384, 16384), (4096 * 16384, 16384))
     assert p.args(layout) == (1, 4096, 16384, 4096 * 16384, 16384, p.chunk, p.chunks, p.per_group, 64)
     assert p.workspace() == two_pass_workspace(64, p.chunks, 256)
     bf = plan(3, 1000, 40, 2)  # bfloat16, 40 columns: 8 a pack, a strip of 8 packs, one short
-    assert bf.vec == 8 and bf.width == 8 and bf.lines == 3 and bf.chunk == t.vjp_columns_chunk_bytes // 128
+    assert bf.vec == 8 and bf.width == 8 and bf.lines == 3 and bf.chunk == t.vjp.columns_chunk_bytes // 128
     odd = plan(2, 7, 33, 8, (8, 0, 0))  # float64 off a 16-byte boundary: packs of 1
     assert odd.vec == 1 and odd.width == 64 and odd.chunks == 1
     assert plan(8, 100, 31) is None  # a short inner run: rows copied
@@ -823,15 +823,15 @@ def test_normalize_plans_cut_rows_into_pieces():
         layout = Layout(rows, n, 1, (n if ldx is None else ldx, 1), (n, 1))
         return d.normalize_plan(layout, itemsize, addresses, H200, t, op, load)
 
-    step = t.normalize_threads * 4 * t.walk_batch
+    step = t.normalize.threads * 4 * t.walk.batch
     p = plan(64, 2**21)
-    assert p.kernel == "normalize" and p.template == (4,) and p.block == t.normalize_threads
-    assert p.piece == t.normalize_piece_bytes // 4 and p.piece % step == 0
-    assert p.grid == H200.sm_count * (2048 // t.normalize_threads) * t.normalize_waves
+    assert p.kernel == "normalize" and p.template == (4,) and p.block == t.normalize.threads
+    assert p.piece == t.normalize.piece_bytes // 4 and p.piece % step == 0
+    assert p.grid == H200.sm_count * (2048 // t.normalize.threads) * t.normalize.waves
     assert p.inputs == 2 and p.outputs == 1 and p.workspace() is None
     assert p.args(Layout(64, 2**21, 1, (2**24, 1), (2**21, 1))) == (64, 2**21, 2**24, 2**21, p.piece)
     short = plan(3, 5)  # rows 5 elements apart: one element a pack, one piece a row
-    assert short.template == (1,) and short.piece == t.normalize_threads * 4 and short.grid == 3
+    assert short.template == (1,) and short.piece == t.normalize.threads * 4 and short.grid == 3
     assert plan(8, 1000, ldx=1003).template == (1,)  # rows at an odd stride: one element a pack
     assert plan(8, 1000, itemsize=2).template == (8,) and plan(8, 1000, itemsize=2).piece == 8192
     assert plan(4, 100, op="log_softmax", load="Scaled").ops == ("Scaled", "LogSoftmax")
@@ -847,7 +847,7 @@ def test_topk_plans_by_row_length_and_k():
         return d.topk_plan(rows, n, n if ldx is None else ldx, k, False, itemsize, address, H200, t, op)
 
     moe = plan(65536, 256, 8)
-    per = t.topk_lane_elements
+    per = t.topk.lane_elements
     assert moe.kernel == "topk_lanes" and moe.template == (256 // per, per, 32)
     assert moe.ops == ("Plain", "Softmax") and moe.outputs == 2 and moe.workspace() is None
     assert moe.args() == (65536, 256, 256, 8, 0)
@@ -858,13 +858,13 @@ def test_topk_plans_by_row_length_and_k():
     assert plan(100, 32 * per, 8).kernel == "topk_lanes" and plan(100, 32 * per + 1, 8).kernel == "topk_block"
     vocab = plan(256, 262144, 64)
     assert vocab.kernel == "topk_block" and vocab.template == (4, 64)
-    assert vocab.chunks == math.ceil(t.topk_items_per_sm * H200.sm_count / 256) == 3
+    assert vocab.chunks == math.ceil(t.topk.items_per_sm * H200.sm_count / 256) == 3
     assert vocab.chunk * vocab.chunks >= 262144 and vocab.chunk % 4 == 0
     beam = plan(8, 50257, 16, itemsize=2, address=2, ldx=50257)  # off 16-byte boundaries: elements
-    assert beam.template == (1, 32) and beam.chunks == 50257 // t.topk_min_chunk == 12
+    assert beam.template == (1, 32) and beam.chunks == 50257 // t.topk.min_chunk == 12
     nbytes, head = beam.workspace()
     assert head == 32 and nbytes == head + 8 * 12 * (8 * 32 + 16)
-    assert plan(1, 2**20, 256).chunks == t.topk_max_chunks and plan(1, 2**20, 256).template == (4, 256)
+    assert plan(1, 2**20, 256).chunks == t.topk.max_chunks and plan(1, 2**20, 256).template == (4, 256)
     assert plan(1, 2**20, 65).template == (4, 256) and plan(1, 2**20, 64).template == (4, 64)
     assert plan(10, 1000, 257) is None and plan(10, 300, 256).kernel == "topk_block"
     for p, itemsize in ((moe, 4), (vocab, 4), (beam, 2)):

@@ -75,14 +75,14 @@ def test_forced_methods_on_any_view(case, method):
 def test_widths_around_every_threshold(dtype):
     rng = np.random.default_rng(7)
     top, ctop = block_top(dtype), cluster_top(dtype)
-    wide = TUNING.registers_max_lanes * TUNING.registers_wide_values
-    between = TUNING.cluster_min_bytes // np.dtype(dtype).itemsize
+    wide = TUNING.registers.max_lanes * TUNING.registers.wide_values
+    between = TUNING.cluster.min_bytes // np.dtype(dtype).itemsize
     widths = {1, 2, 3, 31, 32, 33, 511, 512, 513, 517, 1023, 1024, 1025, 2047, 2048, 2049,
               wide - 1, wide, wide + 1,
               between - 1, between, between + 1, 65537, top - 1, top, top + 1}
     if dtype == np.float32:  # the grid's last policy rows, and the longest row it holds
         per, _, most = grid.shape(4, 4, limits(), TUNING)
-        gtop = TUNING.grid_max_row_bytes // 4
+        gtop = TUNING.grid.max_row_bytes // 4
         widths |= {gtop, gtop + 1, most * per * 4}
     if ctop:  # a cluster's blocks each holding a whole block's shared memory, the longest rows
         # a cluster holds on chip (longer ones spill), and the policy's last cluster rows
@@ -321,7 +321,7 @@ def test_flat_runs_of_rows(cols, dtype):
         assert cusoftmax.softmax(inplace, out=inplace, method="flat") is inplace
         assert_same_bits(inplace, y)
         p = planning.plan(Layout(rows, cols, 1, (cols, 1), (cols, 1)), isz, (x.data.ptr, y.data.ptr), limits())
-        default = cols * isz <= TUNING.flat_max_bytes.get(isz, 0)  # every case here is off
+        default = cols * isz <= TUNING.flat.max_bytes.get(isz, 0)  # every case here is off
         assert (p.method == "flat") == default, (lead, p)
         if default:  # the policy's plan: the same bits
             y2 = cupy.full_like(ybuf, np.nan)[lead:lead + rows * cols].reshape(rows, cols)
@@ -396,7 +396,7 @@ def test_grid_slots_give_the_same_bits():
     results = []
     for ahead, lag in ((1, 1), (2, 1), (1, 2), (3, 3)):
         slots = ahead + lag
-        p = dataclasses.replace(first, ahead=ahead, lag=lag, smem=TUNING.block_scratch + slots * 4 * first.chunk)
+        p = dataclasses.replace(first, ahead=ahead, lag=lag, smem=TUNING.block.scratch + slots * 4 * first.chunk)
         y = cupy.full(shape, np.nan, dtype=x.dtype)
         _kernels.bind(p, layout, "float32", x.device.id)(x, y)
         assert_softmax(y, x, -1)
@@ -422,7 +422,7 @@ def test_two_pass_groups_give_the_same_bits(kind):
     strides = tuple(s // 4 for s in x.strides)
     layout = collapse(shape, strides, strides, axes)
     first = planning.plan(layout, 4, (0, 0), limits(), method=kind)
-    step = TUNING.online_threads * first.vec
+    step = TUNING.online.threads * first.vec
     holds = (first.held, 0, step) if kind == "online" else (0,)
     assert kind != "online" or first.held > step  # the last chunk (4,465 elements) holds less
     results, groups = [], set()
@@ -496,14 +496,12 @@ def test_a_tuning_variant_plans_and_runs_its_own():
     """planning.use: calls plan again under a variant (here a grid of one residency for float32
     short rows) and back under the default, the same bits each way (a row's result does not depend on
     the grid), the fast path included."""
-    import dataclasses
-
     from cusoftmax import _engine
 
     x = cupy.asarray(make_values(np.random.default_rng(14), (70001, 40), np.dtype(np.float32)))
     y = cusoftmax.softmax(x)
     strides = _engine._elem_strides(x)
-    variant = dataclasses.replace(TUNING, registers_float32_waves=1)  # float32 rows of 16-byte packs
+    variant = TUNING.vary(registers_float32_waves=1)  # float32 rows of 16-byte packs
     signature = (x.shape, strides, strides, (1,), 4, (0, 0), x.device.id, None)
     assert (_engine._plan(*signature, variant, "softmax")[1].grid
             < _engine._plan(*signature, TUNING, "softmax")[1].grid)
@@ -684,10 +682,10 @@ def test_logsumexp_steps_in_flight_change_no_bit(dtype):
     fewer lanes (1, 2 and 4 of them too) and streamed by a warp, with tails, rows past the last,
     rows apart (a view of every other row, and of the first columns), and packs under 4 bytes."""
     rng = np.random.default_rng(9)
-    one = dataclasses.replace(TUNING, reduce_lane_stages=1)
-    deep = dataclasses.replace(TUNING, reduce_lane_stages=5, reduce_lane_staged_lanes=1)
-    own = dataclasses.replace(TUNING, reduce_lane_warp_lanes=(1, 1))  # no WarpRing: registers
-    every = dataclasses.replace(TUNING, reduce_lane_warp_lanes=(1, 33))  # WarpRing, all lanes
+    one = TUNING.vary(reduce_lane_stages=1)
+    deep = TUNING.vary(reduce_lane_stages=5, reduce_lane_staged_lanes=1)
+    own = TUNING.vary(reduce_lane_warp_lanes=(1, 1))  # no WarpRing: registers
+    every = TUNING.vary(reduce_lane_warp_lanes=(1, 33))  # WarpRing, all lanes
     shapes = [(4099, 37), (20000, 1000), (5000, 8191), (4500, 300), (9000, 24), (5003, 32),
               (3001, 64), (7001, 16), (2999, 20), (4000, 8), (1001, 128), (333, 4)]
     for shape in shapes:
@@ -711,7 +709,7 @@ def test_logsumexp_kernel_variants_against_scipy(variant, dtype):
     tails and chunks (a strip's columns in part), long rows in chunks, rows in lanes, and the
     special lines."""
     rng = np.random.default_rng(12)
-    with planning.use(dataclasses.replace(TUNING, **variant)):
+    with planning.use(TUNING.vary(**variant)):
         for shape, axis in [((9000, 64), 0), ((4100, 132), 0), ((3, 20001, 33), 1), ((2, 300001), 1),
                             ((700, 37), 1)]:
             x = cupy.asarray(make_values(rng, shape, np.dtype(dtype), specials=0.001))
@@ -814,7 +812,7 @@ def test_vjp_hold_rows(packs, dtype, log):
     dx = fn(y, dy)
     assert_vjp(dx, y, dy, -1, log)
     assert_same_bits(fn(y, dy), dx)
-    with planning.use(dataclasses.replace(TUNING, vjp_hold_min_bytes=2**40)):
+    with planning.use(TUNING.vary(vjp_hold_min_bytes=2**40)):
         assert_vjp(fn(y, dy), y, dy, -1, log)
 
 

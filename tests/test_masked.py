@@ -5,7 +5,6 @@ left-out places exactly 0 (softmax) or -inf (log_softmax), whole rows left out i
 rest within the bounds against SciPy on the kept entries. Masks the kernels cannot read, and
 longer rows, go to array operations (tests/test_family.py)."""
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -49,7 +48,7 @@ def _check(y, x, where, op, dtype):
 
 # The default's families, then block and cluster at every width (no registers rows: where a
 # cluster holds the row, or a block below cluster_min_bytes).
-STAGED = dataclasses.replace(planning.TUNING, masked_registers_max_cols=0)
+STAGED = planning.TUNING.vary(masked_registers_max_cols=0)
 
 
 @requires_gpu
@@ -79,7 +78,7 @@ def _masks_in_the_kernels(op, dtype, n, tuning):
     strides = _engine._elem_strides(x)
     kernel = _engine._plan(x.shape, strides, strides, (2,), x.itemsize, (0, 0), x.device.id, None,
                         planning.active(), op, "Masked")[1].kernel
-    staged = tuning == "staged" or n > planning.TUNING.masked_registers_max_cols
+    staged = tuning == "staged" or n > planning.TUNING.masked.registers_max_cols
     assert kernel in (("block", "cluster") if staged else ("registers", "short_spans")), kernel
     masks = {"full": rng.random((b, h, n)) < 0.6, "padding": rng.random((b, 1, n)) < 0.7,
              "columns": rng.random(n) < 0.5,

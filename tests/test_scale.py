@@ -188,7 +188,7 @@ def test_topk_kernels_apply_the_scale(kernels, log, renormalize):
     from test_topk import TOPK_KERNELS
 
     rng = np.random.default_rng(8)
-    tuning = dataclasses.replace(planning.TUNING, **TOPK_KERNELS[kernels])
+    tuning = planning.TUNING.vary(**TOPK_KERNELS[kernels])
     with planning.use(tuning):
         for rows, n, k in ((33, 64, 8), (300, 256, 3), (6, 3001, 64), (2, 50257, 256), (1, 70000, 16)):
             a = (rng.standard_normal((rows, n)) * 3).astype(np.float32)

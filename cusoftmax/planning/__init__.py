@@ -10,8 +10,8 @@ load: None for a family that cannot); the first entry that applies and whose pla
 plan wins (a planner returns None where its kernel cannot hold the case: the next entry takes
 over). None at the end: the caller makes a contiguous copy with the reduced axes last and plans
 again. A forced ``method`` runs that family's planner alone, which raises ValueError naming the
-limit where its kernel cannot run. Every tuning value is a field of ``Tuning`` (``tuning.py``,
-with the records in docs/tuning/ that chose it).
+limit where its kernel cannot run. Every tuning value is a field of its family's slice of
+``Tuning`` (``tuning.py``, with the records in docs/tuning/ that chose it).
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ class BlockPlan(Plan):
 
 def fits(c) -> bool:
     vec, cols = c.on_chip
-    return c.tuning.block_scratch + padded_bytes(cols, c.staged_itemsize, vec) <= c.limits.smem_per_block
+    return c.tuning.block.scratch + padded_bytes(cols, c.staged_itemsize, vec) <= c.limits.smem_per_block
 
 
 def default(c) -> bool:
     """Rows one block holds, where no cluster does or up to cluster_min_bytes."""
     vec, cols = c.on_chip
     return fits(c) and (cluster.size(c) is None or
-                        padded_bytes(cols, c.itemsize, vec) <= c.tuning.cluster_min_bytes)
+                        padded_bytes(cols, c.itemsize, vec) <= c.tuning.cluster.min_bytes)
 
 
 def plan(c, forced=False) -> BlockPlan:
@@ -34,7 +34,7 @@ def plan(c, forced=False) -> BlockPlan:
     vec, cols = c.on_chip
     nbytes = padded_bytes(cols, c.itemsize, vec)
     return BlockPlan(vec, min(MAX_GRID, c.rows), threads_for(nbytes, c.itemsize, c.tuning),
-                     c.tuning.block_scratch + padded_bytes(cols, c.staged_itemsize, vec))
+                     c.tuning.block.scratch + padded_bytes(cols, c.staged_itemsize, vec))
 
 
 def templates(itemsize, clusters, tuning):

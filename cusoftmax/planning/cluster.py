@@ -29,7 +29,7 @@ class SpillPlan(ClusterPlan):
 
 def shared_slice_bytes(limits, tuning) -> int:
     """The largest slice of a row's cluster block with cluster_blocks_per_sm blocks an SM."""
-    return block_share(limits, tuning.cluster_blocks_per_sm) - tuning.block_scratch
+    return block_share(limits, tuning.cluster.blocks_per_sm) - tuning.block.scratch
 
 
 def size(c):
@@ -37,9 +37,9 @@ def size(c):
     with slices small enough to share an SM as the last small limit."""
     def find():
         t, (vec, cols) = c.tuning, c.on_chip
-        smalls = (*t.cluster_slice_bytes, shared_slice_bytes(c.limits, t))
+        smalls = (*t.cluster.slice_bytes, shared_slice_bytes(c.limits, t))
         return cluster_size(lambda s: slice_bytes(cols, c.staged_itemsize, vec, s), c.limits, t,
-                            lambda s: t.block_scratch, smalls)
+                            lambda s: t.block.scratch, smalls)
     return c.once("cluster_size", find)
 
 
@@ -65,8 +65,8 @@ def _spill(c):
     if per <= held or (per - held) * vec >= 2**31:
         return None
     grid = min(MAX_GRID // most, c.rows) * most
-    smem = t.block_scratch + held * vec * itemsize
-    return SpillPlan(vec, grid, t.spill_threads, smem, size=most, held=held), (per - held) / held
+    smem = t.block.scratch + held * vec * itemsize
+    return SpillPlan(vec, grid, t.spill.threads, smem, size=most, held=held), (per - held) / held
 
 
 def spill(c):
@@ -75,7 +75,7 @@ def spill(c):
 
 def default(c) -> bool:
     spilled = spill(c)
-    return shares_sm(c) or (spilled is not None and spilled[1] <= c.tuning.cluster_spill_max)
+    return shares_sm(c) or (spilled is not None and spilled[1] <= c.tuning.cluster.spill_max)
 
 
 def plan(c, forced=False) -> ClusterPlan:
@@ -93,7 +93,7 @@ def plan(c, forced=False) -> ClusterPlan:
     nbytes = slice_bytes(cols, c.itemsize, vec, found)
     grid = min(MAX_GRID // found, c.rows) * found
     threads = threads_for(nbytes, c.itemsize, t)
-    return ClusterPlan(vec, grid, threads, t.block_scratch + slice_bytes(cols, c.staged_itemsize, vec, found),
+    return ClusterPlan(vec, grid, threads, t.block.scratch + slice_bytes(cols, c.staged_itemsize, vec, found),
                        size=found)
 
 
@@ -101,7 +101,7 @@ def templates(itemsize, clusters, tuning):
     if not clusters:
         return
     for vec in vecs(itemsize):
-        for found in tuning.cluster_sizes:
+        for found in tuning.cluster.sizes:
             yield "cluster", (vec, found)
-        for most in sorted({PORTABLE_CLUSTER, tuning.cluster_sizes[-1]}):  # the largest, spilling
+        for most in sorted({PORTABLE_CLUSTER, tuning.cluster.sizes[-1]}):  # the largest, spilling
             yield "spill", (vec, most)

@@ -26,7 +26,7 @@ class ColumnsPlan(Plan):
 
 
 def default(c) -> bool:
-    return c.layout.inner >= c.tuning.columns_min_inner
+    return c.layout.inner >= c.tuning.columns.min_inner
 
 
 def strips(outer, inner, vec, threads, cols) -> tuple[int, int]:
@@ -38,17 +38,17 @@ def strips(outer, inner, vec, threads, cols) -> tuple[int, int]:
 
 def plan(c, forced=False) -> ColumnsPlan:
     t, (outer, n, inner) = c.tuning, (c.layout.outer, c.layout.n, c.layout.inner)
-    vec = min(c.strided_vec, t.columns_max_vec)
-    width, lines = strips(outer, inner, vec, t.columns_threads, t.columns_strip_cols)
-    chunk = max(t.columns_min_chunk, math.ceil(n / t.columns_max_chunks))
+    vec = min(c.strided_vec, t.columns.max_vec)
+    width, lines = strips(outer, inner, vec, t.columns.threads, t.columns.strip_cols)
+    chunk = max(t.columns.min_chunk, math.ceil(n / t.columns.max_chunks))
     chunks = math.ceil(n / chunk)
-    grid, per_group = two_pass_grid(lines, chunks, t.columns_blocks_per_sm, t.columns_group_waves,
+    grid, per_group = two_pass_grid(lines, chunks, t.columns.blocks_per_sm, t.columns.group_waves,
                                     c.limits)
-    return ColumnsPlan(vec, grid, t.columns_threads, 0, width=width, chunk=chunk, chunks=chunks,
+    return ColumnsPlan(vec, grid, t.columns.threads, 0, width=width, chunk=chunk, chunks=chunks,
                        lines=lines, per_group=per_group)
 
 
 def templates(itemsize, clusters, tuning):
     for vec in vecs(itemsize):
-        if vec <= tuning.columns_max_vec:
+        if vec <= tuning.columns.max_vec:
             yield "columns", (vec,)

@@ -259,7 +259,7 @@ def block_share(limits, per_sm) -> int:
 
 def threads_for(slice_bytes, itemsize, tuning):
     """Threads of a block holding ``slice_bytes``: the first entry of the table that holds them."""
-    table = tuning.block_threads_float64 if itemsize == 8 else tuning.block_threads
+    table = tuning.block.threads_float64 if itemsize == 8 else tuning.block.threads
     return next(t for limit, t in table if slice_bytes <= limit)
 
 
@@ -270,7 +270,7 @@ def cluster_size(slice_bytes, limits, tuning, scratch, smalls):
     else None."""
     if not limits.clusters:
         return None
-    slices = {size: slice_bytes(size) for size in tuning.cluster_sizes if size <= limits.max_cluster}
+    slices = {size: slice_bytes(size) for size in tuning.cluster.sizes if size <= limits.max_cluster}
     for small in smalls:
         for size, nbytes in slices.items():
             if nbytes <= small:

@@ -50,17 +50,17 @@ def shape(itemsize, vec, limits, tuning) -> tuple[int, int, int]:
     """(packs per chunk, shared memory per block, the most chunks a row may have): grid_lag + 1
     chunks per resident block (checked again against the driver's count at launch)."""
     t = tuning
-    per = max(1, t.grid_chunk_bytes // (vec * itemsize))
-    smem = t.block_scratch + (t.grid_ahead + t.grid_lag) * per * vec * itemsize
-    per_sm = min(THREADS_PER_SM // t.grid_threads,
+    per = max(1, t.grid.chunk_bytes // (vec * itemsize))
+    smem = t.block.scratch + (t.grid.ahead + t.grid.lag) * per * vec * itemsize
+    per_sm = min(THREADS_PER_SM // t.grid.threads,
                  limits.smem_per_sm // (smem + GRID_STATIC_BYTES + BLOCK_RESERVED))
-    return per, smem, (t.grid_lag + 1) * limits.sm_count * per_sm
+    return per, smem, (t.grid.lag + 1) * limits.sm_count * per_sm
 
 
 def default(c) -> bool:
     t = c.tuning
-    return (c.itemsize == t.grid_itemsize and c.limits.clusters
-            and padded_bytes(c.cols, c.itemsize, c.vec) <= t.grid_max_row_bytes)
+    return (c.itemsize == t.grid.itemsize and c.limits.clusters
+            and padded_bytes(c.cols, c.itemsize, c.vec) <= t.grid.max_row_bytes)
 
 
 def plan(c, forced=False) -> GridPlan | None:
@@ -73,12 +73,12 @@ def plan(c, forced=False) -> GridPlan | None:
             return None
         raise ValueError(
             f"method='grid' holds a row in at most {most} chunks of {per * vec} elements "
-            f"({t.grid_lag + 1} in each block resident on {c.limits.sm_count} SMs): {c.cols} "
+            f"({t.grid.lag + 1} in each block resident on {c.limits.sm_count} SMs): {c.cols} "
             f"elements do not fit"
         )
-    resident = most // (t.grid_lag + 1)
-    return GridPlan(vec, min(resident, c.rows * chunks), t.grid_threads, smem, chunk=per * vec,
-                    chunks=chunks, lines=c.rows, ahead=t.grid_ahead, lag=t.grid_lag)
+    resident = most // (t.grid.lag + 1)
+    return GridPlan(vec, min(resident, c.rows * chunks), t.grid.threads, smem, chunk=per * vec,
+                    chunks=chunks, lines=c.rows, ahead=t.grid.ahead, lag=t.grid.lag)
 
 
 def templates(itemsize, clusters, tuning):

@@ -29,14 +29,14 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
     contiguous elements."""
     if layout is None or not layout.rows:
         return None
-    t, threads = tuning, tuning.normalize_threads
+    t, threads = tuning, tuning.normalize.threads
     vec = vector_width(itemsize, addresses, (layout.xs[0], layout.ys[0]))
-    step = threads * vec * t.walk_batch  # whole batches of walk_run
-    piece = min(max(step, t.normalize_piece_bytes // itemsize // step * step),
+    step = threads * vec * t.walk.batch  # whole batches of walk_run
+    piece = min(max(step, t.normalize.piece_bytes // itemsize // step * step),
                 math.ceil(layout.n / step) * step)
     items = layout.outer * math.ceil(layout.n / piece)
     resident = limits.sm_count * (THREADS_PER_SM // threads)
-    return NormalizePlan(vec, max(1, min(MAX_GRID, items, resident * t.normalize_waves)), threads, 0,
+    return NormalizePlan(vec, max(1, min(MAX_GRID, items, resident * t.normalize.waves)), threads, 0,
                          piece=piece)
 
 

@@ -34,16 +34,16 @@ class OnlinePlan(Plan):
 def plan(c, forced=False) -> OnlinePlan:
     # Below 2**31 elements for any row that fits a GPU (the kernel's offsets within a chunk).
     t, vec, itemsize = c.tuning, c.vec, c.itemsize
-    chunk = max(t.online_min_chunk_bytes // itemsize, math.ceil(c.cols / t.online_max_chunks))
+    chunk = max(t.online.min_chunk_bytes // itemsize, math.ceil(c.cols / t.online.max_chunks))
     chunk = math.ceil(chunk / vec) * vec
     chunks = math.ceil(c.cols / chunk)
-    per_sm = t.online_blocks_per_sm[itemsize]
-    step = t.online_threads * vec  # held elements: whole steps of the walk
-    room = min(t.online_hold_bytes, block_share(c.limits, per_sm) - ONLINE_STATIC_BYTES,
+    per_sm = t.online.blocks_per_sm[itemsize]
+    step = t.online.threads * vec  # held elements: whole steps of the walk
+    room = min(t.online.hold_bytes, block_share(c.limits, per_sm) - ONLINE_STATIC_BYTES,
                c.limits.smem_per_block)
-    held = min(chunk, room // itemsize) // step * step if itemsize in t.online_holds else 0
-    grid, per_group = two_pass_grid(c.rows, chunks, per_sm, t.online_group_waves, c.limits)
-    return OnlinePlan(vec, grid, t.online_threads, held * itemsize, chunk=chunk, chunks=chunks,
+    held = min(chunk, room // itemsize) // step * step if itemsize in t.online.holds else 0
+    grid, per_group = two_pass_grid(c.rows, chunks, per_sm, t.online.group_waves, c.limits)
+    return OnlinePlan(vec, grid, t.online.threads, held * itemsize, chunk=chunk, chunks=chunks,
                       lines=c.rows, per_group=per_group, held=held)
 
 

@@ -26,7 +26,7 @@ KERNELS = ("reduce_lanes", "reduce_chunks", "reduce_columns")
 
 def _grid(items, limits, tuning):
     """Blocks: one an item, at most reduce_waves full residencies (blocks loop over items)."""
-    resident = limits.sm_count * (THREADS_PER_SM // tuning.reduce_threads) * tuning.reduce_waves
+    resident = limits.sm_count * (THREADS_PER_SM // tuning.reduce.threads) * tuning.reduce.waves
     return max(1, min(MAX_GRID, resident, items))
 
 
@@ -67,12 +67,12 @@ def _lane_ring(lanes, pack_bytes, tuning):
     reduce_lane_stages steps copied whole rows at a time by the warp (WarpRing); other rows in
     fewer than reduce_lane_staged_lanes lanes one step ahead in registers (0); packs under 4
     bytes one step in registers (1, StepRing's ASYNC false); else reduce_lane_stages."""
-    low, high = tuning.reduce_lane_warp_lanes
+    low, high = tuning.reduce.lane_warp_lanes
     if pack_bytes >= 4 and low <= lanes < high:
-        return tuning.reduce_lane_stages, True
-    if lanes < tuning.reduce_lane_staged_lanes:
+        return tuning.reduce.lane_stages, True
+    if lanes < tuning.reduce.lane_staged_lanes:
         return 0, False
-    return (tuning.reduce_lane_stages if pack_bytes >= 4 else 1), False
+    return (tuning.reduce.lane_stages if pack_bytes >= 4 else 1), False
 
 
 def lane_stages(lanes, pack_bytes, per_step, itemsize, limits, tuning):
@@ -83,8 +83,8 @@ def lane_stages(lanes, pack_bytes, per_step, itemsize, limits, tuning):
     depth, warp = _lane_ring(lanes, pack_bytes, tuning)
     if depth == 0 or pack_bytes < 4:
         return depth, 0, warp
-    step = per_step * tuning.reduce_threads * pack_bytes
-    most = block_share(limits, _resident(itemsize, tuning.reduce_threads)) // step - 1
+    step = per_step * tuning.reduce.threads * pack_bytes
+    most = block_share(limits, _resident(itemsize, tuning.reduce.threads)) // step - 1
     stages = max(1, min(depth, most, 7))
     return stages, (stages + 1) * step, warp
 
@@ -93,12 +93,12 @@ def lanes_shape(packs, tuning, most=None, least=1):
     """(lanes, packs a lane, rows at a time) of a row of `packs` packs: `least` packs a lane up
     to a warp, then whole warps of up to `most` (reduce_lane_max_packs) packs a lane (None past
     them); rows at a time for reduce_lane_loads loads a lane in flight."""
-    most = most or tuning.reduce_lane_max_packs
+    most = most or tuning.reduce.lane_max_packs
     if packs > 32 * most:
         return None
     lanes = min(32, pow2_at_least(math.ceil(packs / min(least, most))))
     per = pow2_at_least(math.ceil(packs / lanes))
-    return lanes, per, max(1, tuning.reduce_lane_loads // per)
+    return lanes, per, max(1, tuning.reduce.lane_loads // per)
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,8 @@ def _chunks(length, lines, least, most, itemsize, limits, tuning):
     """Chunks of a line of `length` units: enough (line, chunk) items for reduce_item_waves
     full residencies and no partial last one, chunks of at least `least` and at most `most`
     units."""
-    resident = limits.sm_count * _resident(itemsize, tuning.reduce_threads)
-    wanted = math.ceil(tuning.reduce_item_waves * resident / lines)
+    resident = limits.sm_count * _resident(itemsize, tuning.reduce.threads)
+    wanted = math.ceil(tuning.reduce.item_waves * resident / lines)
     chunks = max(math.ceil(length / most), min(wanted, math.ceil(length / least)), 1)
     # as many more as fill the last wave (64 lines of 17 chunks in 528 slots: 24 chunks)
     filled = math.ceil(lines * chunks / resident) * resident // lines
@@ -153,15 +153,15 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
     enough); None where no kernel takes the strides (the caller copies the reduced axes last)."""
     if layout is None:
         return None
-    t, threads = tuning, tuning.reduce_threads
+    t, threads = tuning, tuning.reduce.threads
     if layout.rows:
         rows, n = layout.outer, layout.n
         vec = vector_width(itemsize, (address,), (layout.xs[0],))
-        shape = lanes_shape(math.ceil(n / vec), t, least=t.reduce_lane_min_packs[itemsize])
+        shape = lanes_shape(math.ceil(n / vec), t, least=t.reduce.lane_min_packs[itemsize])
         warps = limits.sm_count * _resident(itemsize, threads) * threads // 32
-        if shape is None and (rows >= t.reduce_warp_rows_waves * warps
-                              and n * itemsize <= t.reduce_warp_max_bytes):
-            shape = (32, t.reduce_lane_max_packs, 1)  # a warp a row, in rounds
+        if shape is None and (rows >= t.reduce.warp_rows_waves * warps
+                              and n * itemsize <= t.reduce.warp_max_bytes):
+            shape = (32, t.reduce.lane_max_packs, 1)  # a warp a row, in rounds
         if shape is not None:
             lanes, per, at_once = shape
             grid = _grid(math.ceil(rows * lanes / (threads * at_once)), limits, t)
@@ -169,17 +169,17 @@ def plan(layout, itemsize, address, limits, tuning) -> Plan | None:
             return LanesPlan(vec, grid, threads, smem, lanes=lanes, packs=per, at_once=at_once,
                              stages=stages, warp=warp)
         step = threads * vec  # elements a block's batch round covers, per pack a thread
-        chunks = _chunks(n, rows, step * t.reduce_min_chunk_steps, t.reduce_max_chunk_bytes // itemsize,
+        chunks = _chunks(n, rows, step * t.reduce.min_chunk_steps, t.reduce.max_chunk_bytes // itemsize,
                          itemsize, limits, t)
         chunk = math.ceil(math.ceil(n / chunks) / vec) * vec
         chunks = math.ceil(n / chunk)
         return ChunksPlan(vec, _grid(rows * chunks, limits, t), threads, 0, chunk=chunk,
                           chunks=chunks, lines=rows)
     outer, n, inner = layout.outer, layout.n, layout.inner
-    vec = min(vector_width(itemsize, (address,), layout.xs + (inner,)), t.reduce_columns_max_vec)
-    width, lines = strips(outer, inner, vec, threads, t.reduce_columns_strip_cols)
-    lanes, steps = threads // width, t.reduce_column_steps
-    chunks = _chunks(n, lines, lanes * max(steps, t.reduce_min_chunk_steps), math.inf, itemsize,
+    vec = min(vector_width(itemsize, (address,), layout.xs + (inner,)), t.reduce.columns_max_vec)
+    width, lines = strips(outer, inner, vec, threads, t.reduce.columns_strip_cols)
+    lanes, steps = threads // width, t.reduce.column_steps
+    chunks = _chunks(n, lines, lanes * max(steps, t.reduce.min_chunk_steps), math.inf, itemsize,
                      limits, t)
     chunk = math.ceil(n / chunks)
     chunks = math.ceil(n / chunk)
@@ -191,11 +191,11 @@ def templates(itemsize, tuning):
     """Every (kernel, template arguments) of the family for one element size (reduce_lanes with
     the steps in flight that a device of enough shared memory takes)."""
     for vec in vecs(itemsize):
-        shapes = {lanes_shape(packs, tuning, least=tuning.reduce_lane_min_packs[itemsize])
-                  for packs in range(1, 32 * tuning.reduce_lane_max_packs + 1)}
+        shapes = {lanes_shape(packs, tuning, least=tuning.reduce.lane_min_packs[itemsize])
+                  for packs in range(1, 32 * tuning.reduce.lane_max_packs + 1)}
         for lanes, per, at_once in sorted(shapes):
             depth, warp = _lane_ring(lanes, itemsize * vec, tuning)
             yield "reduce_lanes", (vec, lanes, per, at_once, depth, int(warp))
         yield "reduce_chunks", (vec,)
-        if vec <= tuning.reduce_columns_max_vec:
-            yield "reduce_columns", (vec, tuning.reduce_column_steps)
+        if vec <= tuning.reduce.columns_max_vec:
+            yield "reduce_columns", (vec, tuning.reduce.column_steps)

@@ -36,8 +36,8 @@ class RegistersPlan(Plan):
 def short_cols(itemsize, tuning):
     """The longest short row the policy takes: by registers_max_cols and registers_max_bytes,
     at most a warp's."""
-    most = max(tuning.registers_max_cols, tuning.registers_max_bytes // itemsize)
-    return min(tuning.short_cols, most)
+    most = max(tuning.registers.max_cols, tuning.registers.max_bytes // itemsize)
+    return min(tuning.registers.short_cols, most)
 
 
 def shape(cols, vec, itemsize, tuning):
@@ -48,9 +48,9 @@ def shape(cols, vec, itemsize, tuning):
         width = short_width(packs)
         per_lane = pow2_at_least(math.ceil(packs / width))
         return width, per_lane, short_batch(per_lane, vec, itemsize, tuning)
-    per_lane = tuning.registers_wide_values // vec
+    per_lane = tuning.registers.wide_values // vec
     width = 32 * math.ceil(packs / (32 * per_lane))  # whole warps
-    return (width, per_lane, 0) if width <= tuning.registers_max_lanes else None
+    return (width, per_lane, 0) if width <= tuning.registers.max_lanes else None
 
 
 def short_batch(per_lane, vec, itemsize, tuning):
@@ -58,9 +58,9 @@ def short_batch(per_lane, vec, itemsize, tuning):
     lane (float64 rows of one pack a lane: warp_lane_values_float64_one_pack), at most
     warp_max_rows."""
     one_pack = itemsize == 8 and per_lane == 1
-    values = tuning.warp_lane_values_float64_one_pack if one_pack else tuning.warp_lane_values
+    values = tuning.warp.lane_values_float64_one_pack if one_pack else tuning.warp.lane_values
     batch = 1
-    while batch < tuning.warp_max_rows and 2 * batch * per_lane * vec <= values:
+    while batch < tuning.warp.max_rows and 2 * batch * per_lane * vec <= values:
         batch *= 2
     return batch
 
@@ -74,21 +74,21 @@ def default(c) -> bool:
     if itemsize > 4:
         return False
     if c.span:
-        return cols * itemsize <= t.registers_wide_span_max_bytes[itemsize]
+        return cols * itemsize <= t.registers.wide_span_max_bytes[itemsize]
     if vec * itemsize < 16:
-        return vec <= t.registers_wide_narrow_vec and cols <= t.registers_wide_narrow_max_cols
-    if cols * itemsize > t.registers_wide_max_bytes:
+        return vec <= t.registers.wide_narrow_vec and cols <= t.registers.wide_narrow_max_cols
+    if cols * itemsize > t.registers.wide_max_bytes:
         return False
     lanes = shape(cols, vec, itemsize, t)[0]
     resident = min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // lanes)
-    return resident * cols * itemsize >= t.registers_wide_min_resident_bytes
+    return resident * cols * itemsize >= t.registers.wide_min_resident_bytes
 
 
 def masked(c) -> bool:
     """A masking load's rows (their keep bytes held too, Tuning.for_load), wherever they fit up
     to masked_registers_max_cols."""
     t = c.tuning
-    return c.cols <= t.masked_registers_max_cols and shape(c.cols, c.vec, c.itemsize, t) is not None
+    return c.cols <= t.masked.registers_max_cols and shape(c.cols, c.vec, c.itemsize, t) is not None
 
 
 def _spanned(c, batch):
@@ -99,9 +99,9 @@ def _spanned(c, batch):
     if not spanned or not batch:
         return spanned or None
     pack, stays_short = c.vec * itemsize, spanned[2] > 0
-    if c.row_bytes <= t.registers_short_span_min_bytes or not (
-            pack <= t.registers_short_span_max_pack or
-            (pack <= t.registers_short_span_max_short_pack and itemsize <= 4 and stays_short)):
+    if c.row_bytes <= t.registers.short_span_min_bytes or not (
+            pack <= t.registers.short_span_max_pack or
+            (pack <= t.registers.short_span_max_short_pack and itemsize <= 4 and stays_short)):
         return None
     return spanned
 
@@ -111,8 +111,8 @@ def plan(c, forced=False) -> RegistersPlan:
     own = shape(c.cols, vec, c.itemsize, t)
     if own is None:
         raise ValueError(
-            f"method='registers' holds rows of at most {t.registers_max_lanes} lanes x "
-            f"{t.registers_wide_values} values; {c.cols} elements in packs of {vec} do not fit"
+            f"method='registers' holds rows of at most {t.registers.max_lanes} lanes x "
+            f"{t.registers.wide_values} values; {c.cols} elements in packs of {vec} do not fit"
         )
     spanned = _spanned(c, own[2])
     if spanned:
@@ -120,8 +120,8 @@ def plan(c, forced=False) -> RegistersPlan:
     width, per_lane, batch = spanned or own
     if batch:
         float32_packs = c.itemsize == 4 and vec == 4 and not spanned
-        waves = t.registers_float32_waves if float32_packs else t.warp_waves
-        block = t.warp_block
+        waves = t.registers.float32_waves if float32_packs else t.warp.waves
+        block = t.warp.block
         grid = looped_grid(c.rows, block // width * batch, block, c.limits, waves)
     else:
         block, grid = width, min(MAX_GRID, c.rows)
@@ -139,4 +139,4 @@ def templates(itemsize, clusters, tuning):
                 if vec * itemsize == 16:  # and in their spans
                     yield "short_spans", template
                 per_lane *= 2
-        yield "registers", (vec, tuning.registers_wide_values // vec, 0, 0)  # several warps
+        yield "registers", (vec, tuning.registers.wide_values // vec, 0, 0)  # several warps

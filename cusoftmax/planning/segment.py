@@ -36,7 +36,7 @@ META_BYTES = 32  # meta[4] of long long a tile: SegmentWork
 
 def rows_of(itemsize: int, cols: int, tuning) -> int:
     """Rows a thread: segment_thread_bytes of x at a width of `cols` (the kernel's COLS)."""
-    return max(1, tuning.segment_thread_bytes // itemsize // cols)
+    return max(1, tuning.segment.thread_bytes // itemsize // cols)
 
 
 def width(cols: int) -> int | None:
@@ -124,7 +124,7 @@ def plan(op: str, n: int, cols: int, count: int, itemsize: int, id_dtype, offset
     id_type = ID_TYPES.get(np.dtype(id_dtype).name)
     if w is None or id_type is None or not aligned or n == 0 or cols == 0:
         return None
-    threads, rows = tuning.segment_threads, rows_of(itemsize, w, tuning)
+    threads, rows = tuning.segment.threads, rows_of(itemsize, w, tuning)
     tiles = math.ceil(n / (threads * rows))
     if tiles >= 2**31:
         return None

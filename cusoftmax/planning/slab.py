@@ -28,7 +28,7 @@ def slice_bytes(n, width, vec, itemsize, size):
 def scratch(size, cols, tuning):
     """Shared memory of a slab block ahead of its slice: slab_scratch, then two rounds of (m, d)
     float pairs of `cols` columns from `size` blocks or slab_max_warps warps, the more."""
-    return tuning.slab_scratch + 16 * max(size, tuning.slab_max_warps) * cols
+    return tuning.slab.scratch + 16 * max(size, tuning.slab.max_warps) * cols
 
 
 def shape(n, inner, itemsize, vec, limits, tuning):
@@ -38,12 +38,12 @@ def shape(n, inner, itemsize, vec, limits, tuning):
     t = tuning
     if itemsize > 4:
         return None
-    for strip in t.slab_strip_bytes:
-        width = min(32, t.slab_max_cols // vec, max(1, strip // (vec * itemsize)),
+    for strip in t.slab.strip_bytes:
+        width = min(32, t.slab.max_cols // vec, max(1, strip // (vec * itemsize)),
                     pow2_at_least(math.ceil(inner / vec)))
         size = cluster_size(lambda s: slice_bytes(n, width, vec, itemsize, s), limits, t,
-                            lambda s: scratch(s, width * vec, t), (t.slab_slice_bytes,))
-        if size is not None and slice_bytes(n, width, vec, itemsize, size) <= t.slab_slice_bytes:
+                            lambda s: scratch(s, width * vec, t), (t.slab.slice_bytes,))
+        if size is not None and slice_bytes(n, width, vec, itemsize, size) <= t.slab.slice_bytes:
             return width, size
     return None if size is None else (width, size)  # the last width, larger slices
 
@@ -65,7 +65,7 @@ def plan(c, forced=False) -> SlabPlan | None:
     width, size = found
     lines = outer * math.ceil(inner / (width * vec))
     nbytes = slice_bytes(n, width, vec, itemsize, size)
-    threads = min(t.slab_max_threads, max(t.slab_min_threads, threads_for(nbytes, itemsize, t)))
+    threads = min(t.slab.max_threads, max(t.slab.min_threads, threads_for(nbytes, itemsize, t)))
     grid = min(lines, MAX_GRID // size) * size
     smem = scratch(size, width * vec, t) + nbytes
     return SlabPlan(vec, grid, threads, smem, width=width, size=size, lines=lines)
@@ -75,5 +75,5 @@ def templates(itemsize, clusters, tuning):
     if not clusters or itemsize > 4:
         return
     for vec in vecs(itemsize):
-        for size in tuning.cluster_sizes:
+        for size in tuning.cluster.sizes:
             yield "slab", (vec, size)

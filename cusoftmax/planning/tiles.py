@@ -24,7 +24,7 @@ class TilesPlan(Plan):
 
 
 def default(c) -> bool:
-    return c.row_bytes <= c.tuning.tiles_max_bytes
+    return c.row_bytes <= c.tuning.tiles.max_bytes
 
 
 def plan(c, forced=False) -> TilesPlan:
@@ -32,8 +32,8 @@ def plan(c, forced=False) -> TilesPlan:
     packs = math.ceil(c.cols / vec)
     width = short_width(packs)
     group_bytes = 32 // width * packs * vec * itemsize  # one row per lane group of a warp
-    warps = t.tiles_block // 32
-    batch = max([r for r in t.tiles_rows if r * group_bytes <= t.tiles_warp_bytes], default=1)
+    warps = t.tiles.block // 32
+    batch = max([r for r in t.tiles.rows if r * group_bytes <= t.tiles.warp_bytes], default=1)
     smem = warps * batch * group_bytes
     if smem > c.limits.smem_per_block:
         raise ValueError(
@@ -41,11 +41,11 @@ def plan(c, forced=False) -> TilesPlan:
             f"{c.cols} elements of {itemsize} bytes exceed the device's {c.limits.smem_per_block} "
             "bytes per block"
         )
-    grid = looped_grid(c.rows, warps * 32 // width * batch, t.tiles_block, c.limits, t.warp_waves)
-    return TilesPlan(vec, grid, t.tiles_block, smem, rows=batch, lanes=width)
+    grid = looped_grid(c.rows, warps * 32 // width * batch, t.tiles.block, c.limits, t.warp.waves)
+    return TilesPlan(vec, grid, t.tiles.block, smem, rows=batch, lanes=width)
 
 
 def templates(itemsize, clusters, tuning):
     for vec in vecs(itemsize):
-        for rows in tuning.tiles_rows:
+        for rows in tuning.tiles.rows:
             yield "tiles", (vec, rows)

@@ -93,27 +93,27 @@ class BlockPlan(TopkPlan):
 def plan(rows, n, ldx, k, renorm, itemsize, address, limits, tuning) -> Plan | None:
     """The plan for `rows` rows of `n` elements at stride `ldx` (x at `address`), k of each; None
     where no kernel takes it."""
-    t, threads = tuning, tuning.topk_threads
+    t, threads = tuning, tuning.topk.threads
     # K of topk_block: a list that holds k, at most a key a thread in its final writes
     capacity = _capacity(k, [c for c in BLOCK_CAPACITIES if c <= threads])
-    if k > t.topk_max_k or capacity is None or n > t.topk_max_cols or rows * n == 0:
+    if k > t.topk.max_k or capacity is None or n > t.topk.max_cols or rows * n == 0:
         return None
     resident = limits.sm_count * (THREADS_PER_SM // threads)
-    if n <= 32 * t.topk_lane_elements and k <= min(32, t.topk_lane_max_k):
-        lanes = min(32, pow2_at_least(math.ceil(n / t.topk_lane_elements)))
-        grid = min(MAX_GRID, resident * t.topk_waves, math.ceil(rows * lanes / threads))
+    if n <= 32 * t.topk.lane_elements and k <= min(32, t.topk.lane_max_k):
+        lanes = min(32, pow2_at_least(math.ceil(n / t.topk.lane_elements)))
+        grid = min(MAX_GRID, resident * t.topk.waves, math.ceil(rows * lanes / threads))
         return LanesPlan(1, max(1, grid), threads, 0, rows=rows, n=n, ldx=ldx, k=k, renorm=renorm,
-                         lanes=lanes, per=t.topk_lane_elements)
+                         lanes=lanes, per=t.topk.lane_elements)
     # The widest pack where x allows it, else elements one at a time.
     vec = vector_width(itemsize, (address,), (ldx,))
     vec = vec if vec * itemsize == 16 else 1
     # Chunks for topk_items_per_sm (row, chunk) items an SM, of at least topk_min_chunk
     # elements, at most topk_max_chunks a row (the last block merges them all).
-    wanted = math.ceil(t.topk_items_per_sm * limits.sm_count / rows)
-    chunks = max(1, min(wanted, t.topk_max_chunks, n // t.topk_min_chunk))
+    wanted = math.ceil(t.topk.items_per_sm * limits.sm_count / rows)
+    chunks = max(1, min(wanted, t.topk.max_chunks, n // t.topk.min_chunk))
     chunk = math.ceil(math.ceil(n / chunks) / vec) * vec
     chunks = math.ceil(n / chunk)
-    grid = min(MAX_GRID, resident * t.topk_waves, rows * chunks)
+    grid = min(MAX_GRID, resident * t.topk.waves, rows * chunks)
     return BlockPlan(vec, grid, threads, 0, rows=rows, n=n, ldx=ldx, k=k, renorm=renorm,
                      capacity=capacity, chunk=chunk, chunks=chunks)
 
@@ -121,10 +121,10 @@ def plan(rows, n, ldx, k, renorm, itemsize, address, limits, tuning) -> Plan | N
 def templates(itemsize, tuning):
     """Every (kernel, template arguments) of the family for one element size."""
     for lanes in (1, 2, 4, 8, 16, 32):
-        per = tuning.topk_lane_elements
+        per = tuning.topk.lane_elements
         yield "topk_lanes", (lanes, per, lane_capacity(lanes, per))
     for vec in (1, 16 // itemsize):
         for capacity in BLOCK_CAPACITIES:
-            if capacity > tuning.topk_threads:
+            if capacity > tuning.topk.threads:
                 continue
             yield "topk_block", (vec, capacity)

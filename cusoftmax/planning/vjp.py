@@ -76,19 +76,19 @@ def _hold(rows, n, vec, itemsize, limits, t) -> Plan | None:
     """vjp_hold's plan, or None where the row is out of its range or too few rows fill the SMs:
     whole warps of vjp_hold_packs packs a thread, dy's packs in shared memory."""
     packs = math.ceil(n / vec)
-    if n * itemsize < t.vjp_hold_min_bytes or packs > t.vjp_hold_threads * t.vjp_hold_packs:
+    if n * itemsize < t.vjp.hold_min_bytes or packs > t.vjp.hold_threads * t.vjp.hold_packs:
         return None
-    block = 32 * math.ceil(packs / (32 * t.vjp_hold_packs))
-    smem = block * t.vjp_hold_packs * vec * itemsize
+    block = 32 * math.ceil(packs / (32 * t.vjp.hold_packs))
+    smem = block * t.vjp.hold_packs * vec * itemsize
     # resident: the launch bounds' registers (vjp_hold_threads' worth), shared memory with the
     # block's static bytes and the driver's reserve
-    per_sm = max(1, min(t.vjp_hold_threads // block,
+    per_sm = max(1, min(t.vjp.hold_threads // block,
                         limits.smem_per_sm // (smem + VJP_HOLD_STATIC_BYTES + BLOCK_RESERVED)))
     if rows < limits.sm_count * per_sm:
         return None
     # a block a row: the hardware hands rows to SMs as blocks end, where blocks looping over a
     # residency's rows left some a row more than others (8192 rows on 528 blocks) [vjp-7]
-    return VjpHoldPlan(vec, min(MAX_GRID, rows), block, smem, packs=t.vjp_hold_packs)
+    return VjpHoldPlan(vec, min(MAX_GRID, rows), block, smem, packs=t.vjp.hold_packs)
 
 
 @dataclass(frozen=True)
@@ -121,34 +121,34 @@ class VjpColumnsPlan(ColumnsPlan):
 def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
     """The plan for `layout` (``_layout.Layout``; y, dy and dx alike, at `addresses`), or None:
     copy the reduced axes last and contiguous, then plan again."""
-    t, threads = tuning, tuning.vjp_threads
+    t, threads = tuning, tuning.vjp.threads
     if not layout.rows:
         return _columns(layout, itemsize, addresses, limits, t)
     rows, n = layout.outer, layout.n
     vec = vector_width(itemsize, addresses, (n,))
     resident = limits.sm_count * (THREADS_PER_SM // threads)
-    shape = lanes_shape(math.ceil(n / vec), t, t.vjp_lane_max_packs[itemsize])
+    shape = lanes_shape(math.ceil(n / vec), t, t.vjp.lane_max_packs[itemsize])
     if shape is not None:
         lanes, per, at_once = shape
-        grid = min(MAX_GRID, resident * t.reduce_waves, math.ceil(rows * lanes / (threads * at_once)))
+        grid = min(MAX_GRID, resident * t.reduce.waves, math.ceil(rows * lanes / (threads * at_once)))
         return VjpLanesPlan(vec, max(1, grid), threads, 0, lanes=lanes, packs=per, at_once=at_once)
     held = _hold(rows, n, vec, itemsize, limits, t)
     if held is not None:
         return held
-    if rows < t.vjp_min_rows_per_sm * limits.sm_count:
-        chunk = max(vec, t.vjp_chunk_bytes // itemsize // vec * vec)
+    if rows < t.vjp.min_rows_per_sm * limits.sm_count:
+        chunk = max(vec, t.vjp.chunk_bytes // itemsize // vec * vec)
         chunks = math.ceil(n / chunk)
         per_sm = THREADS_PER_SM // threads // (4 if itemsize == 8 else 2)  # HALF_RESIDENT (common.cuh)
-        grid, per_group = two_pass_grid(rows, chunks, per_sm, t.vjp_group_waves, limits)
+        grid, per_group = two_pass_grid(rows, chunks, per_sm, t.vjp.group_waves, limits)
         return VjpChunksPlan(vec, grid, threads, 0, chunk=chunk, chunks=chunks, lines=rows,
                              per_group=per_group)
     # A block of whole warps, at least vjp_block_packs packs of each array a thread where the
     # row has them, up to vjp_threads.
-    block = min(threads, 32 * math.ceil(math.ceil(n / vec) / (32 * t.vjp_block_packs)))
-    blocks = limits.sm_count * min(32, THREADS_PER_SM // block) * t.reduce_waves
+    block = min(threads, 32 * math.ceil(math.ceil(n / vec) / (32 * t.vjp.block_packs)))
+    blocks = limits.sm_count * min(32, THREADS_PER_SM // block) * t.reduce.waves
     # The rows of a wave are read twice: where their y and dy pass vjp_block_l2_bytes but a
     # block an SM's fit, fewer blocks an SM (a shared-memory reservation) keep them in L2.
-    smem, fit = 0, t.vjp_block_l2_bytes // (limits.sm_count * 2 * n * itemsize)
+    smem, fit = 0, t.vjp.block_l2_bytes // (limits.sm_count * 2 * n * itemsize)
     if 1 <= fit < min(32, THREADS_PER_SM // block) // 2:
         smem = limits.smem_per_sm // (fit + 1)
     return VjpBlockPlan(vec, min(MAX_GRID, blocks, rows), block, smem)
@@ -156,25 +156,25 @@ def plan(layout, itemsize, addresses, limits, tuning) -> Plan | None:
 
 def _columns(layout, itemsize, addresses, limits, t) -> Plan | None:
     outer, n, inner = layout.outer, layout.n, layout.inner
-    if inner < t.columns_min_inner:
+    if inner < t.columns.min_inner:
         return None
     vec = vector_width(itemsize, addresses, layout.xs)
-    width, lines = strips(outer, inner, vec, t.vjp_threads, t.columns_strip_cols)
-    chunk = max(1, t.vjp_columns_chunk_bytes // (width * vec * itemsize))
+    width, lines = strips(outer, inner, vec, t.vjp.threads, t.columns.strip_cols)
+    chunk = max(1, t.vjp.columns_chunk_bytes // (width * vec * itemsize))
     chunks = math.ceil(n / chunk)
-    grid, per_group = two_pass_grid(lines, chunks, t.vjp_columns_blocks_per_sm, t.vjp_group_waves,
+    grid, per_group = two_pass_grid(lines, chunks, t.vjp.columns_blocks_per_sm, t.vjp.group_waves,
                                     limits)
-    return VjpColumnsPlan(vec, grid, t.vjp_threads, 0, width=width, chunk=chunk, chunks=chunks,
+    return VjpColumnsPlan(vec, grid, t.vjp.threads, 0, width=width, chunk=chunk, chunks=chunks,
                           lines=lines, per_group=per_group)
 
 
 def templates(itemsize, tuning):
     for vec in vecs(itemsize):
-        most = tuning.vjp_lane_max_packs[itemsize]
+        most = tuning.vjp.lane_max_packs[itemsize]
         shapes = {lanes_shape(p, tuning, most) for p in range(1, 32 * most + 1)}
         for lanes, per, at_once in sorted(shapes):
             yield "vjp_lanes", (vec, lanes, per, at_once)
-        yield "vjp_hold", (vec, tuning.vjp_hold_packs)
+        yield "vjp_hold", (vec, tuning.vjp.hold_packs)
         yield "vjp_block", (vec,)
         yield "vjp_chunks", (vec,)
         yield "vjp_columns", (vec,)
