@@ -160,7 +160,9 @@ def _launcher(plan, fn, tail):
     thread; a call writes only the addresses (and the load's slot where given). This costs about
     the driver's launch alone, where a RawKernel call converts each argument again
     (tools/host_launch.py measures both). A cooperative plan has every block resident at once, or
-    the launch fails."""
+    the launch fails. A plan of the Plain load without a workspace has ``run.launch(pointers,
+    stream)`` too: the same launch from given device addresses on a given stream (the torch
+    front's fast path)."""
     import ctypes
 
     import cupy
@@ -196,6 +198,15 @@ def _launcher(plan, fn, tail):
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
     if workspace is None:
+        if plan.ops[0] == "Plain":
+            def launch(pointers, stream: int):
+                """The launch alone, for fronts that hold their own buffers: the arrays'
+                device addresses (``run``'s arrays, in order) and a CUDA stream handle."""
+                buf, params, _ = getattr(per_thread, "buf", None) or slots()
+                buf[:arrays] = pointers
+                launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, stream, params, *extra)
+
+            run.launch = launch
         return run
     nbytes, zeroed = workspace
 

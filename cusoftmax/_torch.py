@@ -4,7 +4,9 @@ so torch.compile and torch.export trace shapes without running them, and autogra
 log_softmax, logsumexp and softmax_topk's values. The public functions send torch tensors here.
 
 CUDA tensors run the kernels on ``torch.cuda.current_stream()`` (CuPy's current stream is set
-to it around the call), through DLPack without a copy. CPU tensors run the host path (NumPy
+to it around the call), as CuPy views of their memory without a copy; a softmax, log_softmax
+or VJP call like an earlier one launches that call's kernel on the tensors' memory directly
+(``_launched``). CPU tensors run the host path (NumPy
 views of the tensors, bfloat16 included). No op returns a view of an input. Autocast leaves the
 inputs as they are: the ops compute in the input's dtype (half types in float32 inside).
 """
@@ -17,7 +19,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import _args, _family, _segment, _topk
+from . import _args, _engine, _family, _segment, _topk, planning
 from ._layout import normalize_axes
 
 Tensor = torch.Tensor
@@ -152,6 +154,55 @@ def _run(fn, arrays, **kw):
     return tuple(map(_tensor, res)) if isinstance(res, tuple) else _tensor(res)
 
 
+# CUDA calls of the ops below seen before, by (op, the eager axis and its type, the current
+# device, each tensor's shape, strides, dtype and address modulo 16) -> (the tuning, the launch
+# of the kernel the engine kept for it, ``run.launch`` of _kernels, or None where it kept none).
+_LAUNCHES: dict = {}
+_current_device = None  # CUDA's current device (the runtime's), set at the first CUDA call
+
+
+def _launched(op: str, axis, tensors, compute):
+    """``compute()`` (the general way, through CuPy views), or, for CUDA tensors like those of
+    an earlier call whose kernel the engine kept, that kernel launched on the tensors' memory
+    into a new tensor like the first, on torch's current stream: no CuPy array, no DLPack. The
+    first call of a kind looks the launch up (``_learn``)."""
+    global _current_device
+    x = tensors[0]
+    if x.device.type != "cuda":
+        return compute()
+    if _current_device is None:
+        import cupy
+
+        _current_device = cupy.cuda.runtime.getDevice
+    device = _current_device()
+    if device != x.device.index:  # the launch runs in the current device's context
+        return compute()
+    key = (op, axis, type(axis), device,
+           *[(t.shape, t.stride(), t.dtype, t.data_ptr() & 15) for t in tensors])
+    hit = _LAUNCHES.get(key)  # the ops' eager axis: an int, a tuple or None
+    if hit is not None and hit[0] is planning.active():
+        if hit[1] is None:
+            return compute()
+        y = torch.empty_like(x)
+        hit[1]((*[t.data_ptr() for t in tensors], y.data_ptr()), _raw_stream(device))
+        return y
+    y = compute()
+    _learn(key, op, axis, tensors)
+    return y
+
+
+def _learn(key, op, axis, tensors) -> None:
+    """Keep the launch the engine's fast path holds for these tensors' CuPy views (None where
+    it holds none, or one that needs more than the arrays' addresses)."""
+    if len(_LAUNCHES) >= 4096:
+        return
+    run = None
+    if _engine.fast_type is not None:
+        views = [_cupy_view(t) for t in tensors]
+        run = _engine.remembered(views[0], axis, op, dy=views[1] if len(views) > 1 else None)
+    _LAUNCHES[key] = (planning.active(), getattr(run, "launch", None))
+
+
 def _axis(axis):
     """The ops' `axis`: None (every axis) or a list of ints."""
     return None if axis is None else list(axis)
@@ -213,9 +264,18 @@ def _axes(axis, ndim):
 
 # The forward ops.
 
+def _normalized_impl(op, x, axis, where, scale, scale_tensor):
+    def compute():
+        return _run(_normalize_fn(op), (x, where, scale_tensor), axis=axis, scale=scale)
+
+    if where is None and scale is None and scale_tensor is None:
+        return _launched(op, _eager_axis(axis), (x,), compute)
+    return compute()
+
+
 def _softmax_impl(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
                   scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
-    return _run(_normalize_fn("softmax"), (x, where, scale_tensor), axis=axis, scale=scale)
+    return _normalized_impl("softmax", x, axis, where, scale, scale_tensor)
 
 
 softmax_op = _register("softmax", _softmax_impl)
@@ -223,7 +283,7 @@ softmax_op = _register("softmax", _softmax_impl)
 
 def _log_softmax_impl(x: Tensor, axis: Optional[list[int]], where: Optional[Tensor],
                       scale: Optional[float], scale_tensor: Optional[Tensor]) -> Tensor:
-    return _run(_normalize_fn("log_softmax"), (x, where, scale_tensor), axis=axis, scale=scale)
+    return _normalized_impl("log_softmax", x, axis, where, scale, scale_tensor)
 
 
 log_softmax_op = _register("log_softmax", _log_softmax_impl)
@@ -271,9 +331,18 @@ def _(a, axis, b, keepdims, where, scale, scale_tensor):
     return a.new_empty(kept, dtype=_result_dtype(a))
 
 
+def _vjp_impl(op, y, dy, axis, where):
+    def compute():
+        return _run(_vjp_fn(op, axis), (y, dy, where))
+
+    if where is None:
+        return _launched(op, _eager_axis(axis), (y, dy), compute)
+    return compute()
+
+
 def _softmax_vjp_impl(y: Tensor, dy: Tensor, axis: Optional[list[int]],
                       where: Optional[Tensor]) -> Tensor:
-    return _run(_vjp_fn("softmax_vjp", axis), (y, dy, where))
+    return _vjp_impl("softmax_vjp", y, dy, axis, where)
 
 
 softmax_vjp_op = _register("softmax_vjp", _softmax_vjp_impl)
@@ -281,7 +350,7 @@ softmax_vjp_op = _register("softmax_vjp", _softmax_vjp_impl)
 
 def _log_softmax_vjp_impl(y: Tensor, dy: Tensor, axis: Optional[list[int]],
                           where: Optional[Tensor]) -> Tensor:
-    return _run(_vjp_fn("log_softmax_vjp", axis), (y, dy, where))
+    return _vjp_impl("log_softmax_vjp", y, dy, axis, where)
 
 
 log_softmax_vjp_op = _register("log_softmax_vjp", _log_softmax_vjp_impl)

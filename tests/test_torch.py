@@ -192,6 +192,54 @@ def test_cuda_stream_graph_and_grad():
     torch.testing.assert_close(out, torch.log_softmax(static, -1))
 
 
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_cuda_calls_like_earlier_ones_launch_directly(dtype):
+    """A CUDA call like an earlier one launches the kernel that one used on the tensors' own
+    memory (counted here): the same bits as the first call and as the CuPy call, for softmax,
+    log_softmax and both VJPs, on torch's current stream; a strided tensor goes the general
+    way."""
+    import cupy
+
+    from cusoftmax import _torch
+
+    def entries(op, t):
+        return [k for k in _torch._LAUNCHES
+                if k[0] == op and k[4][:3] == (t.shape, t.stride(), t.dtype)]
+
+    x = torch.randn(64, 1000, device="cuda", dtype=dtype)
+    dy = torch.randn(64, 1000, device="cuda", dtype=dtype)
+    for op, args in (("softmax", (x,)), ("log_softmax", (x,)),
+                     ("softmax_vjp", (x.softmax(-1), dy)),
+                     ("log_softmax_vjp", (x.log_softmax(-1), dy))):
+        fn = getattr(cusoftmax, op)
+        first = fn(*args)
+        (key,) = entries(op, args[0])
+        tuning, launch = _torch._LAUNCHES[key]
+        assert launch is not None, op
+        streams = []
+        _torch._LAUNCHES[key] = (tuning, lambda p, s: (streams.append(s), launch(p, s)))
+        try:
+            second = fn(*args)
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                third = fn(*args)
+            side.synchronize()
+        finally:
+            _torch._LAUNCHES[key] = (tuning, launch)
+        assert streams == [torch.cuda.current_stream().cuda_stream, side.cuda_stream], op
+        want = torch.from_dlpack(fn(*[cupy.from_dlpack(a) for a in args]))
+        for got in (first, second, third):
+            assert got.dtype == dtype and got.shape == args[0].shape
+            assert torch.equal(got, want), op
+    strided = x[:, ::2]
+    want = torch.softmax(strided.double(), -1).to(dtype)
+    for _ in range(2):
+        torch.testing.assert_close(cusoftmax.softmax(strided), want)
+    (key,) = entries("softmax", strided)
+    assert _torch._LAUNCHES[key][1] is None
+
+
 IDS = [0, 0, 1, 1, 1, 3, 3, -1, 2, 2, 2, 2]
 
 
