@@ -1,7 +1,8 @@
 """PyTorch operators: ``torch.ops.cusoftmax.<op>`` for softmax, log_softmax, logsumexp, the two
 VJPs and softmax_topk, registered with ``torch.library.custom_op``: a fake (meta) function each,
 so torch.compile and torch.export trace shapes without running them, and autograd on softmax,
-log_softmax, logsumexp and softmax_topk's values. The public functions send torch tensors here.
+log_softmax, logsumexp and softmax_topk's values (their backward the VJP ops), and on the VJP
+ops (in torch's operations: second derivatives, and more). The public functions send torch tensors here.
 
 CUDA tensors run the kernels on ``torch.cuda.current_stream()`` (CuPy's current stream is set
 to it around the call), as CuPy views of their memory without a copy; a softmax, log_softmax
@@ -424,6 +425,49 @@ torch.library.register_autograd(f"{_LIB}::softmax", _normalized_backward(softmax
                                 setup_context=_save_normalized)
 torch.library.register_autograd(f"{_LIB}::log_softmax", _normalized_backward(log_softmax_vjp_op),
                                 setup_context=_save_normalized)
+
+
+def _save_vjp(ctx, inputs, output):
+    y, dy, axis, where = inputs
+    ctx.axis = axis
+    ctx.save_for_backward(y, dy, where)
+
+
+def _vjp_backward(log: bool):
+    """The VJPs' own backward (a second derivative of softmax and log_softmax), in torch's
+    operations, so that it differentiates again; sums over the kept positions in float32 for
+    half types, the masked positions' gradients 0. With the cotangent u of dx:
+    softmax_vjp, dx = y (dy - s), s = sum(y dy): dy gets y (u - t), t = sum(u y), and y gets
+    u (dy - s) - dy t; log_softmax_vjp, dx = dy - exp(y) S, S = sum(dy): dy gets
+    u - sum(u exp(y)), and y gets -u exp(y) S."""
+    def backward(ctx, u):
+        y, dy, where = ctx.saved_tensors
+        axes = _axes(ctx.axis, y.ndim)
+        compute = torch.float32 if y.dtype in (torch.float16, torch.bfloat16) else y.dtype
+        yc, gc, uc = (t.to(compute) for t in (y, dy, u))
+
+        def kept(t):
+            return t if where is None else torch.where(where, t, t.new_zeros(()))
+
+        if log:
+            e = torch.exp(yc)
+            d_dy = uc - kept(uc * e).sum(axes, keepdim=True)
+            d_y = -uc * e * kept(gc).sum(axes, keepdim=True)
+        else:
+            s = kept(yc * gc).sum(axes, keepdim=True)
+            t = kept(uc * yc).sum(axes, keepdim=True)
+            d_dy = yc * (uc - t)
+            d_y = uc * (gc - s) - gc * t
+        return (kept(d_y).to(y.dtype).sum_to_size(y.shape),
+                kept(d_dy).to(dy.dtype).sum_to_size(dy.shape), None, None)
+
+    return backward
+
+
+torch.library.register_autograd(f"{_LIB}::softmax_vjp", _vjp_backward(False),
+                                setup_context=_save_vjp)
+torch.library.register_autograd(f"{_LIB}::log_softmax_vjp", _vjp_backward(True),
+                                setup_context=_save_vjp)
 
 
 def _save_logsumexp(ctx, inputs, output):

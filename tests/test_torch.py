@@ -68,6 +68,41 @@ def test_gradcheck_normalized(name):
     assert torch.autograd.gradcheck(lambda t, u: fn(t, (1, 2), scale=u), (x, s))
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_second_derivatives(name):
+    """The VJP ops have a backward of their own: second derivatives equal torch's own ops',
+    gradgradcheck passes in float64 (with where=, scale= and a non-last dim), and the VJP
+    functions pass gradcheck and gradgradcheck in y and dy, masked positions included."""
+    fn, ref = getattr(cusoftmax, name), getattr(torch, name)
+    vjp = getattr(cusoftmax, f"{name}_vjp")
+    x, w = _x(requires_grad=True), _x(seed=2)
+    where = _x(seed=3) > -1.5
+    s = torch.tensor([[[0.5]], [[1.5]], [[2.0]]], dtype=torch.float64, requires_grad=True)
+    for dim in (-1, 1):
+        second = []
+        for f in (fn, ref):
+            (g,) = torch.autograd.grad((f(x, dim) * w).sum(), x, create_graph=True)
+            second.append(torch.autograd.grad((g * g).sum(), x)[0])
+        torch.testing.assert_close(*second)
+        assert torch.autograd.gradgradcheck(lambda t, dim=dim: fn(t, dim), (x,))
+    assert torch.autograd.gradgradcheck(
+        lambda t: fn(t, 1, where=where, scale=0.7).masked_fill(~where, 0), (x,))
+    assert torch.autograd.gradgradcheck(lambda t, u: fn(t, (1, 2), scale=u), (x, s))
+    y = fn(x.detach(), 1, where=where).requires_grad_()
+    dy = _x(seed=4, requires_grad=True)
+    for kw in ({}, {"where": where}):
+        assert torch.autograd.gradcheck(lambda a, b, kw=kw: vjp(a, b, 1, **kw), (y, dy))
+        assert torch.autograd.gradgradcheck(lambda a, b, kw=kw: vjp(a, b, 1, **kw), (y, dy))
+
+
+def test_second_derivatives_of_logsumexp_and_topk():
+    x = _x(requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: cusoftmax.logsumexp(t, 1), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: cusoftmax.softmax_topk(t, 2, 1)[0], (x,))
+    assert torch.autograd.gradgradcheck(
+        lambda t: cusoftmax.softmax_topk(t, 3, log=True, renormalize=True)[0], (x,))
+
+
 def test_gradcheck_logsumexp():
     x = _x(requires_grad=True)
     b = _x(seed=4).abs().requires_grad_()
