@@ -52,7 +52,8 @@ def _x(x, axis, out, method, op, empty_ok=False):
         raise ValueError("method= chooses a GPU kernel; inside JAX transformations the family "
                          "runs as XLA operations")
     x = jnp.asarray(x)
-    dtype = _args.result_dtype(x.dtype, False, op)
+    # the family's result dtype as JAX holds it: float64 only where x64 is enabled
+    dtype = jax.dtypes.canonicalize_dtype(_args.result_dtype(x.dtype, False, op))
     return x.astype(dtype), _args.axes_rule(axis, x.shape, op, empty_ok)
 
 
@@ -166,7 +167,7 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     ``_topk._order_key``, complemented, so that ``lax.top_k`` (ties to the lower index) takes
     the k smallest; the values gathered from softmax or log_softmax of the whole slice (the
     custom VJP above, so they differentiate in `x`), or with `renormalize` of the k chosen.
-    `k` is static; the indices are JAX's default integer (int32 without x64)."""
+    `k` is static; the indices are JAX's default integer (int32 without x64, else int64)."""
     from . import _topk
 
     op = "softmax_topk"
@@ -198,6 +199,7 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     else:
         y = _with_vjp(fn, axes, None)(v, keep)
         values = jnp.take_along_axis(jnp.moveaxis(y, ax, -1), top, axis=-1)
+    top = top.astype(jax.dtypes.canonicalize_dtype(np.int64))  # the eager int64 where x64 is
     indices = top if kept is None else jnp.where(kept, top, -1)
     return (jnp.moveaxis(values.astype(x.dtype), -1, ax), jnp.moveaxis(indices, -1, ax))
 

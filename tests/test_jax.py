@@ -1,6 +1,8 @@
 """The family inside JAX transformations (jax.jit, vmap, grad, scan, checkpoint) against the
 eager host path and against jax.nn, on JAX's CPU backend (and any other it has)."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -212,6 +214,21 @@ def test_softmax_topk_grad_is_the_vjp_at_the_chosen_positions(flags):
         dy[rows, idx] = w
         want = vjp((cusoftmax.log_softmax if log else cusoftmax.softmax)(x64), dy)
     check(np.asarray(g), want, np.float32, VJP_TOLERANCE, of=np.abs(want) + np.abs(w).max())
+
+
+def test_integer_input_gives_jaxs_float_without_a_warning():
+    """Integers promote as the eager functions' (float64), as JAX holds it: float32 without
+    x64, with no warning about the float64 it cannot hold; softmax_topk's indices likewise."""
+    x = jnp.asarray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    want = jax.dtypes.canonicalize_dtype(np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fn in (cusoftmax.softmax, cusoftmax.log_softmax, cusoftmax.logsumexp):
+            assert jax.jit(fn)(x).dtype == want
+        values, indices = jax.jit(lambda v: cusoftmax.softmax_topk(v, 2))(x)
+    assert values.dtype == want and indices.dtype == jax.dtypes.canonicalize_dtype(np.int64)
+    np.testing.assert_array_equal(np.asarray(indices), [[3, 2], [3, 2], [3, 2]])
+    check(np.asarray(values), cusoftmax.softmax_topk(np.asarray(x), 2)[0], np.float32, TOLERANCE)
 
 
 def test_no_host_transfer_inside_jit():
