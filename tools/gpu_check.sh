@@ -17,8 +17,8 @@
 #   tune          forced row methods at the widths where the policy switches, and the host time
 #                 of a launch (tools/host_launch.py)
 #   tune-short, tune-axis0, tune-cluster, tune-online, tune-grid
-#                 the benchmark with tuning values changed (tools/bench_variant.py FIELD=VALUE,
-#                 fields of the policy's Tuning in lower_snake_case); their records are in
+#                 the benchmark with tuning values changed (tools/bench_variant.py NAME=VALUE,
+#                 a value's flat name, slice_field, in the policy's Tuning); their records are in
 #                 docs/tuning/
 #   axis0-probe   axis 0 read twice, the second time from L2 (dev/probes/reread_probe.py)
 #   team-probe    axis 0 held by teams of blocks exchanging through L2 (dev/probes/team_probe.py)
