@@ -25,17 +25,23 @@ EDGES = 2**20
 HEADS = (1, 8)
 
 
-def degrees(rng, edges: int) -> np.ndarray:
-    """Segment lengths summing to `edges`, Zipf-distributed (exponent 2) and capped at 10,000."""
-    out, total = [], 0
-    while total < edges:
-        d = np.minimum(rng.zipf(2.0, 4096), 10_000)
+def zipf_lengths(rng, total: int, cap: int, draw: int = 1 << 16) -> np.ndarray:
+    """Segment lengths summing to `total`, Zipf-distributed (exponent 2), capped at `cap`,
+    drawn `draw` at a time."""
+    out, got = [], 0
+    while got < total:
+        d = np.minimum(rng.zipf(2.0, draw), cap)
         out.append(d)
-        total += int(d.sum())
+        got += int(d.sum())
     d = np.concatenate(out)
-    d = d[:np.searchsorted(np.cumsum(d), edges) + 1]
-    d[-1] -= int(d.sum()) - edges
+    d = d[:np.searchsorted(np.cumsum(d), total) + 1]
+    d[-1] -= int(d.sum()) - total
     return d[d > 0]
+
+
+def degrees(rng, edges: int) -> np.ndarray:
+    """The host table's node in-degrees: capped at 10,000."""
+    return zipf_lengths(rng, edges, 10_000, 4096)
 
 
 def _numpy_chain(op, x, ids, count):
@@ -142,24 +148,11 @@ GPU_EDGES = 2**24
 ZIPF_CAP = 2**17
 
 
-def zipf_lengths(rng, total: int, cap: int = ZIPF_CAP) -> np.ndarray:
-    """Segment lengths summing to `total`, Zipf-distributed (exponent 2), capped at `cap`."""
-    out, got = [], 0
-    while got < total:
-        d = np.minimum(rng.zipf(2.0, 1 << 16), cap)
-        out.append(d)
-        got += int(d.sum())
-    d = np.concatenate(out)
-    d = d[:np.searchsorted(np.cumsum(d), total) + 1]
-    d[-1] -= int(d.sum()) - total
-    return d[d > 0]
-
-
 def gpu_cases(rng, edges: int):
     return (("mean 16", edges, 1, np.full(edges // 16, 16)),
             ("mean 128", edges, 1, np.full(edges // 128, 128)),
-            ("Zipf", edges, 1, zipf_lengths(rng, edges)),
-            ("Zipf x 8 heads", edges // 4, 8, zipf_lengths(rng, edges // 4)))
+            ("Zipf", edges, 1, zipf_lengths(rng, edges, ZIPF_CAP)),
+            ("Zipf x 8 heads", edges // 4, 8, zipf_lengths(rng, edges // 4, ZIPF_CAP)))
 
 
 def _peers(op, count, heads, torch, jx):
