@@ -106,3 +106,42 @@ def test_dask_mode_parses_and_needs_a_gpu():
     assert args.dask and args.dask_cluster and args.dask_chunks == "8,16,32"
     if GPU_REASON is not None:  # no GPU: a message and exit status 2, nothing timed
         assert bench.main(["--dask"]) == 2
+
+
+def test_segment_peers_compute_what_the_functions_do():
+    """The segment bench's peers (PyG's softmax and the backward of its autograd, JAX's chain
+    and its vjp), run on the host here, give the segment functions' results: their times are
+    of the same computation."""
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    import cusoftmax
+    from cusoftmax.bench import segment as bench
+
+    rng = np.random.default_rng(2)
+    lengths = bench.zipf_lengths(rng, 500, 50, 64)
+    count = len(lengths)
+    ids = np.repeat(np.arange(count), lengths)
+    x, dy = rng.standard_normal((2, 500, 3)).astype(np.float32)
+    try:
+        import torch_geometric  # noqa: F401
+        pyg = True
+    except ImportError:
+        pyg = False
+    for op in (*bench.SEGMENT_OPS, *bench.SEGMENT_VJPS):
+        fn = getattr(cusoftmax, op)
+        forward = op.removesuffix("_vjp")
+        x64 = x.astype(np.float64)
+        want = (fn(getattr(cusoftmax, forward)(x64, ids, num_segments=count), dy, ids,
+                   num_segments=count) if op != forward else fn(x64, ids, num_segments=count))
+        peers = bench._peers(op, count, torch, (jax, jax.numpy))
+        assert ("PyG" in peers) == (pyg and forward == "segment_softmax")
+        assert {"JAX", "JAX sorted"} <= set(peers)
+        args = (torch.from_numpy(x), torch.from_numpy(ids), jax.numpy.asarray(x),
+                jax.numpy.asarray(ids.astype(np.int32)), torch.from_numpy(dy),
+                jax.numpy.asarray(dy))
+        for name, setup in peers.items():
+            got = setup(*args)()
+            got = got.detach().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5, err_msg=f"{op} {name}")

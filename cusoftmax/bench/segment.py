@@ -155,27 +155,52 @@ def gpu_cases(rng, edges: int):
             ("Zipf x 8 heads", edges // 4, 8, zipf_lengths(rng, edges // 4, ZIPF_CAP)))
 
 
-def _peers(op, count, heads, torch, jx):
-    """name -> fn(x_torch, ids_torch, x_jax, ids_jax) -> result, for the peers present."""
+SEGMENT_VJPS = ("segment_softmax_vjp", "segment_log_softmax_vjp")
+
+
+def _peers(op, count, torch, jx):
+    """name -> setup(x_torch, ids_torch, x_jax, ids_jax, dy_torch, dy_jax) -> a call to time,
+    for the peers present. A forward op's call is the peer's forward; a VJP's (SEGMENT_VJPS) is
+    the backward pass alone of the peer's forward (its autograd, the forward run in setup):
+    PyG's softmax (softmax only), JAX's chain (``_jax_chain``) through ``jax.vjp``. "JAX
+    sorted" passes indices_are_sorted."""
     out = {}
-    if torch is not None and op == "segment_softmax":
+    forward = op.removesuffix("_vjp")
+    if torch is not None and forward == "segment_softmax":
         try:
             from torch_geometric.utils import softmax as pyg_softmax
-
-            out["PyG"] = lambda xt, it, xj, ij: pyg_softmax(xt, it, num_nodes=count)
         except ImportError:
-            pass
+            pyg_softmax = None
+        if pyg_softmax is not None and op == forward:
+            out["PyG"] = lambda xt, it, xj, ij, gt, gj: (
+                lambda: pyg_softmax(xt, it, num_nodes=count))
+        elif pyg_softmax is not None:
+            def pyg_backward(xt, it, xj, ij, gt, gj):
+                xr = xt.detach().requires_grad_()
+                yt = pyg_softmax(xr, it, num_nodes=count)
+                return lambda: torch.autograd.grad(yt, xr, gt, retain_graph=True)[0]
+
+            out["PyG"] = pyg_backward
     if jx is not None:
+        jax = jx[0]
         for srt in (True, False):
-            jitted = _jax_chain(op, count, srt)
-            out["JAX sorted" if srt else "JAX"] = (lambda xt, it, xj, ij, g=jitted: g(xj, ij))
+            chain = _jax_chain(forward, count, srt)
+            if op == forward:
+                setup = (lambda xt, it, xj, ij, gt, gj, g=chain: (lambda: g(xj, ij)))
+            else:
+                pull = jax.jit(lambda back, dy: back(dy)[0])
+
+                def setup(xt, it, xj, ij, gt, gj, g=chain, pull=pull):
+                    back = jax.vjp(lambda v: g(v, ij), xj)[1]
+                    return lambda: pull(back, gj)
+            out["JAX sorted" if srt else "JAX"] = setup
     return out
 
 
 def gpu_main(args) -> int:
-    """The segment kernels on the GPU: sorted ids, offsets and shuffled ids (the sort counted)
-    against the peers; kernel time by events (JAX's by wall time: its own stream), fraction of
-    a copy of the bytes moved (x read, y written, the ids read)."""
+    """The segment kernels on the GPU, the forward functions and the VJPs: sorted ids, offsets
+    and shuffled ids (the sort counted) against the peers; kernel time by events (JAX's by wall
+    time: its own stream), fraction of a copy of the bytes moved."""
     import cupy
 
     import cusoftmax
@@ -184,7 +209,7 @@ def gpu_main(args) -> int:
     timer = Timer(cupy, args.repeat or 20)
     dtypes = args.dtypes.split(",") if args.dtypes else ["float32", "bfloat16"]
     edges = args.total or GPU_EDGES
-    ops = [args.op] if args.op and args.op.startswith("segment_") else list(SEGMENT_OPS)
+    ops = [args.op] if args.op and args.op.startswith("segment_") else [*SEGMENT_OPS, *SEGMENT_VJPS]
     rng = np.random.default_rng(0)
     head = ["op", "dtype", "case", "segments", "ids", "ours us", "of copy", "wall us",
             "PyG us", "JAX us", "PyG/ours", "JAX/ours"]
@@ -198,48 +223,56 @@ def gpu_main(args) -> int:
             dtype = _dtype(cupy, dt)
             shape = (n,) if heads == 1 else (n, heads)
             x = cupy.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+            dy = cupy.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
             for op in ops:
                 fn = getattr(cusoftmax, op)
-                peers = _peers(op, count, heads, torch, jx)
+                vjp = op in SEGMENT_VJPS
+                forward = getattr(cusoftmax, op.removesuffix("_vjp"))
+                peers = _peers(op, count, torch, jx)
                 for ids_name, ids in (("sorted", sorted_ids), ("offsets", None),
                                       ("shuffled", shuffled)):
                     _progress(f"{op} {dt} {name} {ids_name}")
                     if ids is None:
-                        off = cupy.asarray(offsets)
-                        call = lambda: fn(x, offsets=off)
-                        id_bytes = 0
+                        segs, id_bytes = {"offsets": cupy.asarray(offsets)}, 0
                     else:
                         ic = cupy.asarray(ids)
-                        call = lambda: fn(x, ic, num_segments=count)
-                        id_bytes = ic.nbytes
-                    out_bytes = x.nbytes if op != "segment_logsumexp" else \
-                        count * heads * dtype.itemsize
+                        segs, id_bytes = {"segment_ids": ic, "num_segments": count}, ic.nbytes
+                    if vjp:  # y of the same segments; y and dy read, dx written
+                        y = forward(x, **segs)
+                        call = lambda: fn(y, dy, **segs)
+                        moved = 3 * x.nbytes + id_bytes
+                    else:
+                        call = lambda: fn(x, **segs)
+                        out_bytes = x.nbytes if op != "segment_logsumexp" else \
+                            count * heads * dtype.itemsize
+                        moved = x.nbytes + out_bytes + id_bytes
                     # a copy of half the bytes moved reads and writes them all
-                    floor = timer.copy(cupy.empty((x.nbytes + out_bytes + id_bytes) // 2, np.uint8))
+                    floor = timer.copy(cupy.empty(moved // 2, np.uint8))
                     ours = timer.events(call)
                     wall = timer.wall(call, lambda r: cupy.cuda.Device().synchronize())
                     got = {}
                     if ids is not None:
-                        xt = it = xj = ij = None
+                        xt = it = xj = ij = gt = gj = None
                         if torch is not None:
-                            xt, it = torch.as_tensor(x.astype(np.float32), device="cuda"), \
-                                torch.as_tensor(ic, device="cuda")
-                            if dt == "bfloat16":
-                                xt = xt.to(torch.bfloat16)
+                            as_torch = torch.bfloat16 if dt == "bfloat16" else torch.float32
+                            xt, gt = (torch.as_tensor(a.astype(np.float32), device="cuda")
+                                      .to(as_torch) for a in (x, dy))
+                            it = torch.as_tensor(ic, device="cuda")
                         if jx is not None:
                             jnp = jx[1]
-                            xj = jnp.asarray(x.astype(np.float32).get()).astype(
-                                jnp.bfloat16 if dt == "bfloat16" else jnp.float32)
+                            as_jax = jnp.bfloat16 if dt == "bfloat16" else jnp.float32
+                            xj, gj = (jnp.asarray(a.astype(np.float32).get()).astype(as_jax)
+                                      for a in (x, dy))
                             ij = jnp.asarray(ids.astype(np.int32))
-                        for peer, pf in peers.items():
+                        for peer, setup in peers.items():
+                            if peer.startswith("JAX") and \
+                                    (peer == "JAX sorted") != (ids_name == "sorted"):
+                                continue
+                            run = setup(xt, it, xj, ij, gt, gj)
                             if peer.startswith("JAX"):
-                                if (peer == "JAX sorted") != (ids_name == "sorted"):
-                                    continue
-                                got["JAX"] = timer.wall(
-                                    lambda pf=pf: pf(xt, it, xj, ij),
-                                    lambda r: r.block_until_ready())
+                                got["JAX"] = timer.wall(run, lambda r: r.block_until_ready())
                             else:
-                                got[peer] = timer.events(lambda pf=pf: pf(xt, it, xj, ij))
+                                got[peer] = timer.events(run)
                     pyg, jaxt = got.get("PyG"), got.get("JAX")
                     rows.append([op, dt, name, str(count), ids_name, f"{ours:.1f}",
                                  f"{floor / ours:.2f}",
@@ -252,9 +285,10 @@ def gpu_main(args) -> int:
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     legend = (f"The segment kernels on {device}: {edges} elements (the heads case a quarter, 8 "
               f"columns), median of {timer.repeat}; 'of copy': a device copy's time of the "
-              f"bytes moved (x read, y written, the ids read) over ours; wall: back-to-back "
-              f"calls; PyG and JAX (jit; wall time) on the same ids; shuffled: ours sorts. "
-              f"{_versions()}")
+              f"bytes moved (x read, y written, the ids read; a VJP's y and dy read, dx "
+              f"written) over ours; wall: back-to-back calls; PyG and JAX (jit; wall time) on "
+              f"the same ids, a VJP's peer the backward pass of its autograd; shuffled: ours "
+              f"sorts. {_versions()}")
     print(f"\n{legend}\n{format_table(head, rows)}")
     write_table(Path(args.out), "segments-gpu",
                 {"kind": "segments", "op": "segment functions", "variant": "gpu",
