@@ -143,6 +143,9 @@ def _run(fn, arrays, **kw):
     the engine's fast path for CuPy arrays; CPU ones as NumPy views; the result(s) as new
     tensors."""
     first = arrays[0]
+    for a in arrays[1:]:
+        if a is not None and a.device != first.device:
+            raise RuntimeError(f"expected all tensors on {first.device}, got one on {a.device}")
     if first.device.type == "cuda":
         import cupy
 
@@ -156,7 +159,7 @@ def _run(fn, arrays, **kw):
 
 
 # CUDA calls of the ops below seen before, by (op, the eager axis and its type, the current
-# device, each tensor's shape, strides, dtype and address modulo 16) -> (the tuning, the launch
+# device, each tensor's shape, strides, dtype, address modulo 16 and device) -> (the tuning, the launch
 # of the kernel the engine kept for it, ``run.launch`` of _kernels, or None where it kept none).
 _LAUNCHES: dict = {}
 _current_device = None  # CUDA's current device (the runtime's), set at the first CUDA call
@@ -179,7 +182,7 @@ def _launched(op: str, axis, tensors, compute):
     if device != x.device.index:  # the launch runs in the current device's context
         return compute()
     key = (op, axis, type(axis), device,
-           *[(t.shape, t.stride(), t.dtype, t.data_ptr() & 15) for t in tensors])
+           *[(t.shape, t.stride(), t.dtype, t.data_ptr() & 15, t.get_device()) for t in tensors])
     hit = _LAUNCHES.get(key)  # the ops' eager axis: an int, a tuple or None
     if hit is not None and hit[0] is planning.active():
         if hit[1] is None:
