@@ -212,13 +212,18 @@ def _axis(axis):
     return None if axis is None else list(axis)
 
 
-def _scales(scale):
-    """(a float scale, a tensor scale): the kernels take a Python scalar as it is."""
-    if scale is None or isinstance(scale, torch.Tensor):
-        return None, scale
+def _scales(scale, like):
+    """(a float scale, a tensor scale): the kernels take a Python scalar as it is; an array
+    becomes a tensor on `like`'s device (as ``_operand``), and so does a 0-d tensor on another
+    (a scalar to torch's own operations)."""
+    if scale is None:
+        return None, None
+    if isinstance(scale, torch.Tensor):
+        moved = scale.ndim == 0 and scale.device != like.device
+        return None, scale.to(like.device) if moved else scale
     if _args.scalar_scale(scale):
         return float(scale), None
-    return None, torch.as_tensor(scale)
+    return None, _operand(scale, like)
 
 
 def _one_scale(fs, ts):
@@ -571,7 +576,7 @@ def _normalized(name, op, x, axis, where, scale, out, method):
     if out is not None or method is not None:
         return _eager(getattr(_family, name), x, axis, out=out, where=where, scale=scale,
                       method=method)
-    fs, ts = _scales(scale)
+    fs, ts = _scales(scale, x)
     return _dispatch(op, x, _axis(_one_tuple(axis)), _operand(where, x), fs, ts)
 
 
@@ -593,7 +598,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     if out is not None or return_sign:
         return _eager(_family.logsumexp, a, axis, b, keepdims, return_sign, out=out,
                       where=where, scale=scale)
-    fs, ts = _scales(scale)
+    fs, ts = _scales(scale, a)
     return _dispatch(logsumexp_op, a, _axis(_one_tuple(axis)), _operand(b, a), bool(keepdims),
                      _operand(where, a), fs, ts)
 
@@ -618,7 +623,7 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
         return _eager(_topk.softmax_topk, x, k, axis, out=out, log=log,
                       renormalize=renormalize, where=where, scale=scale)
     _args.int_axis(axis)
-    fs, ts = _scales(scale)
+    fs, ts = _scales(scale, x)
     return _dispatch(softmax_topk_op, x, k, axis, bool(log), bool(renormalize),
                      _operand(where, x), fs, ts)
 
@@ -765,7 +770,7 @@ def _segment_public(name, op):
                           num_segments=num_segments, axis=axis,
                           indices_are_sorted=indices_are_sorted, where=where, scale=scale)
         _args.int_axis(axis, name)
-        fs, ts = _scales(scale)
+        fs, ts = _scales(scale, x)
         return _dispatch(op, x, _ids(segment_ids, x), _ids(offsets, x), num_segments, axis,
                          bool(indices_are_sorted), _operand(where, x), fs, ts)
 

@@ -283,6 +283,27 @@ def test_cuda_calls_like_earlier_ones_launch_directly(dtype):
         cusoftmax.softmax_vjp(y, dy.cpu())  # not a launch on a host address
 
 
+@cuda
+def test_cuda_tensor_with_host_operands():
+    """With a CUDA x, a NumPy where, b or scale goes to x's device, a 0-d CPU scale tensor too
+    (a scalar, as torch's own operations take it); a CPU tensor of more dimensions is an
+    error naming the devices."""
+    x = torch.randn(4, 6, device="cuda", dtype=torch.float64, requires_grad=True)
+    scale = np.array([[0.5], [1.0], [2.0], [3.0]])
+    want = torch.softmax(x * torch.as_tensor(scale, device="cuda"), -1)
+    torch.testing.assert_close(cusoftmax.softmax(x, scale=scale), want)
+    s = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    y = cusoftmax.log_softmax(x, scale=s)
+    torch.testing.assert_close(y, torch.log_softmax(x * 0.5, -1))
+    y.sum().backward()
+    assert s.grad is not None and s.grad.device.type == "cpu"
+    keep = np.arange(6) < 4
+    torch.testing.assert_close(cusoftmax.softmax(x, where=keep)[:, 4:],
+                               torch.zeros(4, 2, device="cuda", dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="all tensors on cuda:0"):
+        cusoftmax.softmax(x, scale=torch.ones(4, 1, dtype=torch.float64))
+
+
 IDS = [0, 0, 1, 1, 1, 3, 3, -1, 2, 2, 2, 2]
 
 
