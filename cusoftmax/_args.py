@@ -390,8 +390,16 @@ def count_rule(num_segments, op: str) -> int | None:
     except TypeError:
         raise TypeError(f"{op}: num_segments must be an integer, not "
                         f"{type(num_segments).__name__}") from None
+    return _count_bound(count, op)
+
+
+def _count_bound(count: int, op: str) -> int:
+    """A number of segments in ``[0, 2**63)``: the kernels and NumPy count them in int64."""
     if count < 0:
         raise ValueError(f"{op}: num_segments must be at least 0, got {count}")
+    if count >= 2**63:
+        raise ValueError(f"{op}: {count} segments (num_segments, or the largest id + 1) do not "
+                         f"fit an int64")
     return count
 
 
@@ -457,7 +465,7 @@ def ids_rule(ids, n: int, count, indices_are_sorted, op: str, xp) -> tuple[bool,
     if indices_are_sorted and not is_sorted:
         raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
     if count is None:
-        count = max(int(ids.max()) + 1, 0) if n else 0
+        count = _count_bound(max(int(ids.max()) + 1, 0), op) if n else 0
     return is_sorted, count
 
 

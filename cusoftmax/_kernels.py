@@ -96,7 +96,7 @@ def instantiations(clusters: bool = True):
             for kernel, template in made:
                 if kernel in planning.LOAD_KERNELS.get(load, (kernel,)):
                     yield kernel, dtype_name, tuple(template), planning.ops_of(op, load)
-    for dtype_name in segment.TYPES:
+    for dtype_name in sorted(set().union(*segment.TYPES.values())):
         itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
         for kernel, ops, template in segment.templates(itemsize, TUNING):
             yield kernel, dtype_name, template, ops

@@ -7,8 +7,8 @@ columns; ``Scattered``: ``ufunc.at`` in place, one column; record segment-2), so
 ``direct`` (one max, one sum), log_softmax and logsumexp by the (m, c, s) state that keeps the
 dominant term apart; the family's NaN, inf and `where` rules. Positions of no segment give
 what a masked position gives (0, -inf, a zero gradient). GPU arrays go to the segment kernels
-(``planning/segment.py``: softmax, log_softmax and logsumexp of rows of up to 8 elements, no
-`where`, a scalar scale); the rest is computed on the host with NumPy, a GPU array copied to
+(``planning/segment.py``: the five functions on rows of up to 8 elements, no `where`, a scalar
+scale; float64 log_softmax and logsumexp excepted); the rest is computed on the host with NumPy, a GPU array copied to
 the host and the result back. Inside JAX transformations the public functions send JAX tracers
 to ``_jax``'s segment functions (XLA's segment reductions).
 """
@@ -155,8 +155,10 @@ def segment_logsumexp(x, segment_ids=None, *, offsets=None, num_segments=None, a
 
     Notes
     -----
-    A segment's value is :func:`cusoftmax.logsumexp`'s of the segment alone (its largest term
-    kept apart from the others' sum, so a dominant term keeps its relative accuracy).
+    A segment's value is :func:`cusoftmax.logsumexp`'s of the segment alone. On the host (and
+    for float64) its largest term is kept apart from the others' sum, so a dominant term keeps
+    its relative accuracy; the GPU kernels of the other dtypes sum the terms together, within
+    the family's bound.
 
     Examples
     --------
@@ -383,7 +385,7 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
     shape = c.array.shape
     n = shape[ax]
     cols = math.prod(shape) // n if n else 0
-    if (c.where is not None or c.dtype.name not in plans.TYPES or plans.width(cols) is None
+    if (c.where is not None or c.dtype.name not in plans.TYPES[c.op] or plans.width(cols) is None
             or n == 0 or not (scale is None or _args.scalar_scale(scale))
             or not math.isfinite(1.0 if scale is None else float(scale))):
         return None
@@ -391,8 +393,8 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
     with c.device:
         seg = _args.device_segments(segment_ids, offsets, num_segments, n, indices_are_sorted,
                                     c.op)
-        if seg.array.data.ptr % 16:  # the kernels' 16-byte loads of ids
-            seg = seg._replace(array=seg.array.copy())
+        if not seg.array.flags.c_contiguous or seg.array.data.ptr % 16:
+            seg = seg._replace(array=seg.array.copy())  # read as contiguous 16-byte loads
         p = plans.plan(c.op, n, cols, seg.count, c.dtype.itemsize, seg.array.dtype, seg.offsets,
                        True, tuning)
         if p is None:

@@ -182,9 +182,10 @@ template <class Ep> template <typename C, int COLS>
 __device__ C SegmentForward<Ep>::out(const State<C, COLS>& s, int c, C x, C) {
     return segment_out<Ep>(x, s.m[c], s.d[c]);
 }
-// logsumexp of a state: m + log(d); -inf for a segment of only -inf; +inf and NaN pass through d.
+// logsumexp of a state: m + log(d); -inf for a segment of only -inf (d = 0); +inf and NaN pass
+// through d (a NaN beside only -inf leaves m at -inf, d NaN).
 template <typename C> __device__ inline C segment_lse(C m, C d) {
-    return m == neg_inf<C>() ? m : m + log_sum(C(1), d - C(1));
+    return m == neg_inf<C>() && d == C(0) ? m : m + log_sum(C(1), d - C(1));
 }
 
 template <typename T, int N> __device__ inline void load_elements(const T* p, long long avail, compute_t<T> (&v)[N]) {

@@ -180,6 +180,8 @@ def _plans():
                             keep(planning.topk_plan(rows, n, n, k, False, itemsize, 0, H200),
                                  None, dtype)
         for op in segment.EPILOGUES:
+            if dtype not in segment.TYPES[op]:
+                continue
             for cols in (1, 5):
                 p = segment.plan(op, 10**5, cols, 77, itemsize, np.int64, False, True,
                                  planning.TUNING)

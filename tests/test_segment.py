@@ -409,15 +409,17 @@ def test_kernels_match_scipy(dtype, cols, given, lengths, monkeypatch):
 
 @requires_gpu
 def test_kernels_special_values_and_other_axes(monkeypatch):
-    """NaN, +inf and -inf in segments, an empty segment, and the axis not first."""
+    """NaN, +inf and -inf in segments (NaN alone, NaN beside -inf), an empty segment, and the
+    axis not first."""
     import cupy
 
     monkeypatch.setattr(_segment, "_prepared", None)
-    x = np.array([1.0, inf, 2.0, nan, 0.5, -inf, -inf, 3.0, -inf, 2.0], np.float32)
-    ids = np.array([0, 0, 1, 1, 2, 3, 3, 5, 6, 6])
-    groups = members(ids, count=7)
+    x = np.array([1.0, inf, 2.0, nan, 0.5, -inf, -inf, 3.0, -inf, 2.0, nan, -inf, nan],
+                 np.float32)
+    ids = np.array([0, 0, 1, 1, 2, 3, 3, 5, 6, 6, 7, 8, 8])
+    groups = members(ids, count=9)
     for op in ("softmax", "log_softmax", "logsumexp"):
-        y = getattr(cusoftmax, f"segment_{op}")(cupy.asarray(x), cupy.asarray(ids), num_segments=7)
+        y = getattr(cusoftmax, f"segment_{op}")(cupy.asarray(x), cupy.asarray(ids), num_segments=9)
         ref = ref_segments(op, x.astype(np.float64), groups)
         np.testing.assert_array_equal(np.isnan(to_host(y)), np.isnan(ref))
         fin = ~np.isnan(ref)
@@ -427,6 +429,29 @@ def test_kernels_special_values_and_other_axes(monkeypatch):
     y = cusoftmax.segment_softmax(cupy.asarray(x2), cupy.asarray(ids2), axis=1)
     ref = ref_segments("softmax", x2.T.astype(np.float64), members(ids2)).T
     check(y, ref, np.float32, TOLERANCE)
+
+
+@requires_gpu
+def test_kernels_take_strided_and_broadcast_ids():
+    """Ids and offsets that are views (a column, reversed, broadcast) give the contiguous
+    arrays' result: the kernels read a contiguous copy."""
+    import cupy
+
+    rng = np.random.default_rng(4)
+    x = cupy.asarray(rng.normal(size=(3000, 2)).astype(np.float32))
+    ids = np.repeat(np.arange(300), 10)
+    want = cusoftmax.segment_softmax(x, cupy.asarray(ids), num_segments=300)
+    column = cupy.asarray(np.stack([ids, np.full_like(ids, 999)], 1))[:, 0]
+    reversed_view = cupy.asarray(ids[::-1].copy())[::-1]
+    for view in (column, reversed_view):
+        assert not view.flags.c_contiguous
+        assert_same_bits(cusoftmax.segment_softmax(x, view, num_segments=300), want)
+    off = np.arange(0, 3001, 10)
+    strided = cupy.asarray(np.stack([off, off], 1))[:, 1]
+    assert_same_bits(cusoftmax.segment_softmax(x, offsets=strided), want)
+    one = cupy.broadcast_to(cupy.zeros(1, cupy.int64), (3000,))
+    check(cusoftmax.segment_log_softmax(x, one), cusoftmax.log_softmax(x.astype(np.float64), 0)
+          .get(), np.float32, LOG_TOLERANCE)
 
 
 @pytest.mark.parametrize("count", [50, 70_000])
@@ -457,6 +482,10 @@ def test_kernel_plans(dtype, itemsize):
 
     compiled = {(k, d, t, o) for k, d, t, o in _kernels.instantiations()}
     for op in segment.EPILOGUES:
+        if dtype not in segment.TYPES[op]:  # float64 log_softmax and logsumexp: the host
+            assert segment.plan(op, 100, 2, 3, itemsize, np.int64, False, True, TUNING) is None
+            assert op in ("segment_log_softmax", "segment_logsumexp") and dtype == "float64"
+            continue
         for cols in range(1, 9):
             for ids in (np.int32, np.int64):
                 for offsets in (False, True):
@@ -468,3 +497,13 @@ def test_kernel_plans(dtype, itemsize):
         assert segment.plan(op, 100, 9, 3, itemsize, np.int64, False, True, TUNING) is None
         assert segment.plan(op, 100, 2, 3, itemsize, np.int16, False, True, TUNING) is None
         assert segment.plan(op, 100, 2, 3, itemsize, np.int64, False, False, TUNING) is None
+
+
+def test_segment_counts_fit_an_int64():
+    """num_segments, or the largest id + 1, of 2**63 or more is a ValueError (the kernels and
+    NumPy count segments in int64), not a count that wraps."""
+    x = np.zeros(4)
+    with pytest.raises(ValueError, match="do not fit an int64"):
+        cusoftmax.segment_softmax(x, np.zeros(4, np.int64), num_segments=2**64)
+    with pytest.raises(ValueError, match="do not fit an int64"):
+        cusoftmax.segment_softmax(x, np.full(4, 2**63 - 1, np.int64))

@@ -29,7 +29,12 @@ EPILOGUES = {"segment_softmax": "SegmentForward<csm::Softmax>",
              "segment_logsumexp": "SegmentForward<csm::LogSumExp>",
              "segment_softmax_vjp": "SegmentBackward<csm::SoftmaxVjp>",
              "segment_log_softmax_vjp": "SegmentBackward<csm::LogSoftmaxVjp>"}
-TYPES = ("float16", "bfloat16", "float32", "float64")
+# The element types of each op's kernels. The state (m, d) sums the largest term into d, so
+# float64's log_softmax (its largest entry) and logsumexp would keep fewer bits than the host's
+# (m, c, s) state: those go to the host (as FUSED_TYPES' float64 log_softmax).
+_SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+TYPES = {op: tuple(_SIZES)[:3] if op in ("segment_log_softmax", "segment_logsumexp")
+         else tuple(_SIZES) for op in EPILOGUES}
 STATE_WORDS = 2  # (m, d) a column in the compute type: SegmentState (SegmentSum: 1)
 META_BYTES = 32  # meta[4] of long long a tile: SegmentWork
 
@@ -122,7 +127,8 @@ def plan(op: str, n: int, cols: int, count: int, itemsize: int, id_dtype, offset
     computes it)."""
     w = width(cols)
     id_type = ID_TYPES.get(np.dtype(id_dtype).name)
-    if w is None or id_type is None or not aligned or n == 0 or cols == 0:
+    if (w is None or id_type is None or not aligned or n == 0 or cols == 0
+            or itemsize not in _sizes(op)):
         return None
     threads, rows = tuning.segment.threads, rows_of(itemsize, w, tuning)
     tiles = math.ceil(n / (threads * rows))
@@ -140,9 +146,15 @@ def plan(op: str, n: int, cols: int, count: int, itemsize: int, id_dtype, offset
         workspace)
 
 
+def _sizes(op: str) -> set:
+    return {_SIZES[t] for t in TYPES[op]}
+
+
 def templates(itemsize: int, tuning):
     """Every (kernel, ops, template) the plans above can name for elements of `itemsize`."""
     for op, ep in EPILOGUES.items():
+        if itemsize not in _sizes(op):
+            continue
         for w in COLS:
             rows = rows_of(itemsize, w, tuning)
             for id_type in ID_TYPES.values():
