@@ -241,19 +241,52 @@ def _register(name: str, fn):
 
 
 def _dispatch(op, *args):
-    """`op` through torch's dispatcher where it has work to do (autograd records the call,
-    torch.compile traces it, a tensor is a subclass or on the meta or another device), else
-    its function itself: the dispatcher costs some 35 us a call on 2 CPU cores."""
+    """`op` through torch's dispatcher where it has work to do (torch.compile traces it, a
+    tensor is a subclass or on the meta or another device); else its function itself, or,
+    where autograd records the call, ``_Recorded`` (the same setup and backward as the
+    operator's autograd): the dispatcher and the operator's autograd cost some 10 and 30 us a
+    call on 2 CPU cores (record torch-1)."""
     if torch.compiler.is_compiling():
         return op(*args)
-    grad = torch.is_grad_enabled()
+    grad, recorded = torch.is_grad_enabled(), False
     for a in args:
         if not isinstance(a, torch.Tensor):
             continue
-        if type(a) is not torch.Tensor or (grad and a.requires_grad) or \
-                a.device.type not in ("cpu", "cuda"):
+        if type(a) is not torch.Tensor or a.device.type not in ("cpu", "cuda"):
             return op(*args)
-    return _IMPLS[op](*args)
+        recorded = recorded or (grad and a.requires_grad)
+    if not recorded:
+        return _IMPLS[op](*args)
+    if op in _AUTOGRAD:
+        return _Recorded.apply(op, *args)
+    return op(*args)
+
+
+_AUTOGRAD: dict = {}  # each operator with autograd -> (its setup_context, its backward)
+
+
+def _autograd(op, backward, setup_context) -> None:
+    """Autograd for operator `op`: registered with torch, and kept for ``_Recorded``."""
+    torch.library.register_autograd(op, backward, setup_context=setup_context)
+    _AUTOGRAD[op] = (setup_context, backward)
+
+
+class _Recorded(torch.autograd.Function):
+    """An eager call of an operator that autograd records, without the dispatcher: its
+    function forward, its registered setup_context and backward. The setup runs inside
+    forward: a separate setup_context staticmethod makes each call bind the arguments to
+    forward's signature (inspect.signature, some 10 us)."""
+
+    @staticmethod
+    def forward(ctx, op, *args):
+        output = _IMPLS[op](*args)
+        ctx.op = op
+        _AUTOGRAD[op][0](ctx, args, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *_AUTOGRAD[ctx.op][1](ctx, *grads))
 
 
 def _result_dtype(t: Tensor) -> torch.dtype:
@@ -417,7 +450,7 @@ def _save_normalized(ctx, inputs, output):
 def _normalized_backward(vjp_op):
     def backward(ctx, g):
         y, where, scale_tensor, x = ctx.saved_tensors
-        d = vjp_op(y, g, ctx.axis, where)  # the gradient with respect to scale * x
+        d = _dispatch(vjp_op, y, g, ctx.axis, where)  # the gradient with respect to scale * x
         dx = d if ctx.scale is None else d * ctx.scale
         ds = None
         if scale_tensor is not None:
@@ -429,10 +462,8 @@ def _normalized_backward(vjp_op):
     return backward
 
 
-torch.library.register_autograd(f"{_LIB}::softmax", _normalized_backward(softmax_vjp_op),
-                                setup_context=_save_normalized)
-torch.library.register_autograd(f"{_LIB}::log_softmax", _normalized_backward(log_softmax_vjp_op),
-                                setup_context=_save_normalized)
+_autograd(softmax_op, _normalized_backward(softmax_vjp_op), _save_normalized)
+_autograd(log_softmax_op, _normalized_backward(log_softmax_vjp_op), _save_normalized)
 
 
 def _save_vjp(ctx, inputs, output):
@@ -472,10 +503,8 @@ def _vjp_backward(log: bool):
     return backward
 
 
-torch.library.register_autograd(f"{_LIB}::softmax_vjp", _vjp_backward(False),
-                                setup_context=_save_vjp)
-torch.library.register_autograd(f"{_LIB}::log_softmax_vjp", _vjp_backward(True),
-                                setup_context=_save_vjp)
+_autograd(softmax_vjp_op, _vjp_backward(False), _save_vjp)
+_autograd(log_softmax_vjp_op, _vjp_backward(True), _save_vjp)
 
 
 def _save_logsumexp(ctx, inputs, output):
@@ -505,8 +534,7 @@ def _logsumexp_backward(ctx, g):
     return da.sum_to_size(a.shape), None, db, None, None, None, ds
 
 
-torch.library.register_autograd(f"{_LIB}::logsumexp", _logsumexp_backward,
-                                setup_context=_save_logsumexp)
+_autograd(logsumexp_op, _logsumexp_backward, _save_logsumexp)
 
 
 def _save_topk(ctx, inputs, output):
@@ -526,13 +554,14 @@ def _topk_backward(ctx, g, _g_indices):
     g = torch.where(chosen, g, torch.zeros((), dtype=g.dtype, device=g.device))
     vjp = log_softmax_vjp_op if ctx.log else softmax_vjp_op
     if ctx.renormalize:
-        d_chosen = vjp(values, g, [ax], chosen)
+        d_chosen = _dispatch(vjp, values, g, [ax], chosen)
         d = torch.zeros_like(x, dtype=values.dtype).scatter_add(ax, indices.clamp(min=0),
                                                                  d_chosen)
     else:
-        y = (log_softmax_op if ctx.log else softmax_op)(x, [ax], where, ctx.scale, scale_tensor)
+        y = _dispatch(log_softmax_op if ctx.log else softmax_op, x, [ax], where, ctx.scale,
+                      scale_tensor)
         full = torch.zeros_like(y).scatter_add(ax, indices.clamp(min=0), g.to(y.dtype))
-        d = vjp(y, full, [ax], where)
+        d = _dispatch(vjp, y, full, [ax], where)
     if s is None:
         return d, None, None, None, None, None, None, None
     if isinstance(s, float):
@@ -541,8 +570,7 @@ def _topk_backward(ctx, g, _g_indices):
     return d * s, None, None, None, None, None, None, ds
 
 
-torch.library.register_autograd(f"{_LIB}::softmax_topk", _topk_backward,
-                                setup_context=_save_topk)
+_autograd(softmax_topk_op, _topk_backward, _save_topk)
 
 
 # What the public functions call with a torch tensor.
@@ -716,7 +744,7 @@ def _segment_backward(vjp_op):
     def backward(ctx, g):
         x, ids, offsets, where, scale_tensor, y = ctx.saved_tensors
         count, axis, is_sorted, scale = ctx.args
-        d = vjp_op(y, g, ids, offsets, count, axis, is_sorted, where)  # wrt scale * x
+        d = _dispatch(vjp_op, y, g, ids, offsets, count, axis, is_sorted, where)  # wrt scale * x
         if scale_tensor is not None:
             raise NotImplementedError("the gradient of a segment function with an array "
                                       "scale is not built: pass a Python float scale")
@@ -733,7 +761,7 @@ def _segment_logsumexp_backward(ctx, g):
     if scale_tensor is not None:
         raise NotImplementedError("the gradient of a segment function with an array scale is "
                                   "not built: pass a Python float scale")
-    p = segment_softmax_op(x, ids, offsets, count, axis, is_sorted, where, scale, None)
+    p = _dispatch(segment_softmax_op, x, ids, offsets, count, axis, is_sorted, where, scale, None)
     ax = _axes([axis], x.ndim)[0]
     n = x.shape[ax]
     seg = ids if offsets is None else \
@@ -747,14 +775,9 @@ def _segment_logsumexp_backward(ctx, g):
     return (d if scale is None else d * scale), None, None, None, None, None, None, None, None
 
 
-torch.library.register_autograd(f"{_LIB}::segment_softmax",
-                                _segment_backward(segment_softmax_vjp_op),
-                                setup_context=_save_segment)
-torch.library.register_autograd(f"{_LIB}::segment_log_softmax",
-                                _segment_backward(segment_log_softmax_vjp_op),
-                                setup_context=_save_segment)
-torch.library.register_autograd(f"{_LIB}::segment_logsumexp", _segment_logsumexp_backward,
-                                setup_context=_save_segment)
+_autograd(segment_softmax_op, _segment_backward(segment_softmax_vjp_op), _save_segment)
+_autograd(segment_log_softmax_op, _segment_backward(segment_log_softmax_vjp_op), _save_segment)
+_autograd(segment_logsumexp_op, _segment_logsumexp_backward, _save_segment)
 
 
 def _ids(v, like):
