@@ -2,14 +2,15 @@
 VJPs and softmax_topk, registered with ``torch.library.custom_op``: a fake (meta) function each,
 so torch.compile and torch.export trace shapes without running them, and autograd on softmax,
 log_softmax, logsumexp and softmax_topk's values (their backward the VJP ops), and on the VJP
-ops (in torch's operations: second derivatives, and more). The public functions send torch tensors here.
+ops (in torch's operations: second derivatives). The public functions send torch tensors here;
+eager calls skip the dispatcher (``_dispatch``, ``_Recorded``).
 
 CUDA tensors run the kernels on ``torch.cuda.current_stream()`` (CuPy's current stream is set
 to it around the call), as CuPy views of their memory without a copy; a softmax, log_softmax
 or VJP call like an earlier one launches that call's kernel on the tensors' memory directly
-(``_launched``). CPU tensors run the host path (NumPy
-views of the tensors, bfloat16 included). No op returns a view of an input. Autocast leaves the
-inputs as they are: the ops compute in the input's dtype (half types in float32 inside).
+(``_launched``). CPU tensors run the host path (NumPy views of the tensors, bfloat16
+included). No op returns a view of an input. Autocast leaves the inputs as they are: the ops
+compute in the input's dtype (half types in float32 inside).
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def _run(fn, arrays, **kw):
 
 
 # CUDA calls of the ops below seen before, by (op, the eager axis and its type, the current
-# device, each tensor's shape, strides, dtype, address modulo 16 and device) -> (the tuning, the launch
-# of the kernel the engine kept for it, ``run.launch`` of _kernels, or None where it kept none).
+# device, each tensor's shape, strides, dtype, address modulo 16 and device) -> (the tuning,
+# the launch of the kernel the engine kept for it, ``run.launch`` of _kernels, or None).
 _LAUNCHES: dict = {}
 _current_device = None  # CUDA's current device (the runtime's), set at the first CUDA call
 

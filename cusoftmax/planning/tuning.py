@@ -292,7 +292,8 @@ class Tuning:
     def __hash__(self):
         # Worked out once: the fast path and the plan and kernel caches hash it at each call.
         if "_hash" not in self.__dict__:
-            object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
+            values = tuple(getattr(self, f.name) for f in fields(self))
+            object.__setattr__(self, "_hash", hash(values))
         return self.__dict__["_hash"]
 
     def values(self) -> dict:
