@@ -6,7 +6,8 @@ on a CUDA device:
   eager and with the loss under ``torch.compile`` (fullgraph; the backward AOT autograd's); GPU time by events (the stream held until the step is
   enqueued) and wall time a step of back-to-back steps;
 - host time a call on 4 x 256 float32: ``cusoftmax.softmax`` (the operator's function, no
-  dispatcher), ``torch.ops.cusoftmax.softmax`` (through the dispatcher), and torch.softmax.
+  dispatcher), ``torch.ops.cusoftmax.softmax`` (through the dispatcher), and torch.softmax;
+  the same on a tensor that requires grad (ours: ``_torch._Recorded``).
 """
 
 from __future__ import annotations
@@ -74,11 +75,14 @@ def main(args) -> int:
                              f"{got['torch c']:.1f}", f"{got['torch c'] / got['ours c']:.2f}",
                              f"{got['ours wall']:.1f}", f"{got['torch wall']:.1f}"])
     small = torch.randn(4, 256, device="cuda")
+    graded = small.clone().requires_grad_()
     host = {}
     for name, fn in (("cusoftmax.softmax", lambda: cusoftmax.softmax(small)),
                      ("torch.ops.cusoftmax.softmax",
                       lambda: torch.ops.cusoftmax.softmax(small, [-1], None, None, None)),
-                     ("torch.softmax", lambda: torch.softmax(small, -1))):
+                     ("torch.softmax", lambda: torch.softmax(small, -1)),
+                     ("cusoftmax.softmax, requires grad", lambda: cusoftmax.softmax(graded)),
+                     ("torch.softmax, requires grad", lambda: torch.softmax(graded, -1))):
         host[name] = timer.wall(fn, lambda r: torch.cuda.synchronize(), batch=200)
     device = torch.cuda.get_device_name()
     legend = (f"torch operators on {device}: a loss's forward and backward, GPU time by events "
