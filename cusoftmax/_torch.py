@@ -241,19 +241,34 @@ def _register(name: str, fn):
     return op
 
 
+# torch.func transforms, vmap's batched tensors (a backward batched by is_grads_batched or
+# vectorize=True too) and TorchDispatchModes (selective checkpointing, op logging) see only the
+# dispatcher's ops.
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_WRAPPED = tuple(getattr(torch._C._functorch, name, lambda t: False) for name in
+                 ("is_functorch_wrapped_tensor", "is_legacy_batchedtensor"))
+
+
+def _wrapped(t) -> bool:
+    """Whether tensor `t` is batched or wrapped by a transform (its data not its own memory)."""
+    return any(is_wrapped(t) for is_wrapped in _WRAPPED)
+
+
 def _dispatch(op, *args):
     """`op` through torch's dispatcher where it has work to do (torch.compile traces it, a
-    tensor is a subclass or on the meta or another device); else its function itself, or,
+    torch.func transform or a dispatch mode is active, a tensor is a subclass or on the meta
+    or another device); else its function itself, or,
     where autograd records the call, ``_Recorded`` (the same setup and backward as the
     operator's autograd): the dispatcher and the operator's autograd cost some 10 and 30 us a
     call on 2 CPU cores (record torch-1)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _functorch_active() or _dispatch_modes():
         return op(*args)
     grad, recorded = torch.is_grad_enabled(), False
     for a in args:
         if not isinstance(a, torch.Tensor):
             continue
-        if type(a) is not torch.Tensor or a.device.type not in ("cpu", "cuda"):
+        if type(a) is not torch.Tensor or a.device.type not in ("cpu", "cuda") or _wrapped(a):
             return op(*args)
         recorded = recorded or (grad and a.requires_grad)
     if not recorded:
@@ -530,7 +545,7 @@ def _logsumexp_backward(ctx, g):
         p = torch.where(where, p, torch.zeros((), dtype=p.dtype, device=p.device))
     pb = p if b is None else p * b
     da = (pb * g) if s is None else pb * g * s
-    db = None if b is None else (p * g).sum_to_size(b.shape)
+    db = None if b is None else torch.broadcast_to(p * g, shape).sum_to_size(b.shape)
     ds = None if scale_tensor is None else (pb * g * a).sum_to_size(scale_tensor.shape)
     return da.sum_to_size(a.shape), None, db, None, None, None, ds
 

@@ -194,6 +194,17 @@ def test_softmax_topk_special_values_as_the_eager_path():
             np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=1e-6, atol=0)
 
 
+def test_softmax_topk_orders_subnormals_and_signed_zeros_as_eager():
+    """-0.0 ties with 0.0 and subnormals keep their order (not compared as floats, which some
+    backends flush to 0)."""
+    tiny = np.finfo(np.float32).smallest_subnormal
+    x = np.array([[tiny, -0.0, 0.0, 2 * tiny, -tiny, 0.0]], np.float32)
+    for k in (3, 6):
+        got = jax.jit(lambda v, k=k: cusoftmax.softmax_topk(v, k))(x)
+        np.testing.assert_array_equal(np.asarray(got[1]), cusoftmax.softmax_topk(x, k)[1])
+    np.testing.assert_array_equal(np.asarray(got[1]), np.argsort(-x, 1, kind="stable"))
+
+
 @pytest.mark.parametrize("flags", TOPK_FLAGS, ids=str)
 def test_softmax_topk_grad_is_the_vjp_at_the_chosen_positions(flags):
     """d/dx of sum(w * values): the family's VJP of the whole slice with w at the chosen

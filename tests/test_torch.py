@@ -103,6 +103,42 @@ def test_second_derivatives_of_logsumexp_and_topk():
         lambda t: cusoftmax.softmax_topk(t, 3, log=True, renormalize=True)[0], (x,))
 
 
+def test_transforms_and_dispatch_modes_see_the_operators():
+    """torch.func.vmap, a batched backward (is_grads_batched, a vectorized jacobian) and a
+    TorchDispatchMode go through the operators (the dispatcher), not around them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    x = _x((2, 4), requires_grad=True)
+    torch.testing.assert_close(torch.func.vmap(cusoftmax.softmax)(x.detach()),
+                               torch.softmax(x.detach(), -1))
+    for name in ("softmax", "log_softmax"):
+        fn, ref = getattr(cusoftmax, name), getattr(torch, name)
+        eye = torch.eye(8, dtype=x.dtype).reshape(8, 2, 4)
+        (got,) = torch.autograd.grad(fn(x), x, eye, is_grads_batched=True)
+        (want,) = torch.autograd.grad(ref(x, -1), x, eye, is_grads_batched=True)
+        torch.testing.assert_close(got, want)
+        jac = torch.autograd.functional.jacobian(fn, x.detach(), vectorize=True)
+        torch.testing.assert_close(jac, torch.autograd.functional.jacobian(
+            lambda t, ref=ref: ref(t, -1), x.detach()))
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Log():
+        cusoftmax.softmax(x)
+        cusoftmax.log_softmax(x.detach())
+    assert "cusoftmax.softmax.default" in seen and "cusoftmax.log_softmax.default" in seen
+
+
+def test_logsumexp_grad_with_b_broadcast_over_the_reduced_axis():
+    a = _x((5,), requires_grad=True)
+    b = _x((3, 5), seed=5).abs().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t, u: cusoftmax.logsumexp(t, 0, b=u), (a, b))
+
+
 def test_gradcheck_logsumexp():
     x = _x(requires_grad=True)
     b = _x(seed=4).abs().requires_grad_()
