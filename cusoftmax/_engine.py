@@ -327,7 +327,8 @@ _host_calls: dict = {}
 
 
 def host_call(x, axis, op):
-    """(axes, result dtype) of an earlier call of `op` like this one on a NumPy array, or None."""
+    """(axes, result dtype) of an earlier call of `op` like this one on a NumPy array, or None
+    (`op` names it, with what else its rules read: a VJP's dy shape and dtype)."""
     try:
         return _host_calls.get((op, x.shape, x.dtype, axis, type(axis)))
     except TypeError:  # an unhashable axis (a list): the general path says what is wrong

@@ -350,6 +350,8 @@ def _vjp(y, dy, axis, where, out, log: bool, op: str):
             return out
         yy = c.array.astype(c.dtype, copy=False)
         if xp is np and w is None:
+            if out is None and type(dy) is np.ndarray:
+                _engine.remember_host(y, axis, (op, dy.shape, dy.dtype), c)
             return _finish(c, out, _host.vjp(yy, g, c.axes, log, out=c.out))
         total = C.vjp_sum(xp, yy, g, c.axes, where=w, log=log)
         dx = C.vjp(xp, yy, g, total, where=w, log=log, out=c.out)
@@ -400,9 +402,22 @@ _VJP_DOC = """The gradient of {fn} with respect to its input, from the output `y
     """
 
 
+def _vjp_seen(y, dy, axis, op: str, log: bool):
+    """dx of a call like an earlier one (no `where`, no `out`): NumPy arrays by the host's
+    VJP with the axes and dtype that call's rules gave (keyed by dy's shape and dtype too), GPU
+    arrays by the launch it kept (``_engine.vjp_fast``); else None."""
+    if type(y) is np.ndarray and type(dy) is np.ndarray:
+        hit = _engine.host_call(y, axis, (op, dy.shape, dy.dtype))
+        if hit is None:
+            return None
+        axes, dtype = hit
+        return _host.vjp(y.astype(dtype, copy=False), dy.astype(dtype, copy=False), axes, log)
+    return _engine.vjp_fast(y, dy, axis, op)
+
+
 def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if where is None and out is None:  # a call like an earlier one: no frame more than needed
-        dx = _engine.vjp_fast(y, dy, axis, "softmax_vjp")
+        dx = _vjp_seen(y, dy, axis, "softmax_vjp", False)
         if dx is not None:
             return dx
     return _vjp(y, dy, axis, where, out, False, "softmax_vjp")
@@ -410,7 +425,7 @@ def softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
 
 def log_softmax_vjp(y, dy, axis=-1, *, where=None, out=None):
     if where is None and out is None:
-        dx = _engine.vjp_fast(y, dy, axis, "log_softmax_vjp")
+        dx = _vjp_seen(y, dy, axis, "log_softmax_vjp", True)
         if dx is not None:
             return dx
     return _vjp(y, dy, axis, where, out, True, "log_softmax_vjp")

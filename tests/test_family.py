@@ -480,6 +480,28 @@ def test_host_vjps(dtype, log, shape, axis):
     assert_array_equal(np.isnan(fn(y, dy, axis=axis)), nan_where)
 
 
+@pytest.mark.parametrize("log", [False, True])
+def test_host_vjp_calls_like_earlier_ones(log):
+    """A NumPy VJP call like an earlier one (its rules' axes and dtype kept, keyed by dy's shape
+    and dtype too) gives the first call's bits; a dy of another dtype or shape is checked
+    again."""
+    from cusoftmax import _engine
+
+    fn = cusoftmax.log_softmax_vjp if log else cusoftmax.softmax_vjp
+    rng = np.random.default_rng(8)
+    for dtype, axis in ((np.float32, -1), (np.float16, 0), (np.int64, 1)):
+        y = (rng.standard_normal((5, 9)) * 3).astype(dtype)
+        dy = rng.standard_normal((5, 9)).astype(dtype)
+        first = fn(y, dy, axis)
+        assert _engine.host_call(y, axis, (fn.__name__, dy.shape, dy.dtype)) is not None
+        assert_same_bits(fn(y, dy, axis), first)
+        assert_same_bits(fn(y, dy.astype(np.float64), axis), fn(y, dy.astype(np.float64), axis))
+        with pytest.raises(ValueError, match="dy has shape"):
+            fn(y, dy[:, :4], axis)
+        with pytest.raises(TypeError):
+            fn(y, dy.astype(np.complex64), axis)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("shape,axis", [((300, 3000), -1), ((7, 300000), 1), ((30, 300), 0)])
 def test_host_logsumexp_gives_the_array_operations_bits(dtype, shape, axis):
