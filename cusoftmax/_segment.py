@@ -9,8 +9,8 @@ dominant term apart; the family's NaN, inf and `where` rules. Positions of no se
 what a masked position gives (0, -inf, a zero gradient). GPU arrays go to the segment kernels
 (``planning/segment.py``: the five functions on rows of up to 8 elements, no `where`, a scalar
 scale; float64 log_softmax and logsumexp excepted); the rest is computed on the host with
-NumPy, a GPU array copied to the host and the result back. Inside JAX transformations the public functions send JAX tracers
-to ``_jax``'s segment functions (XLA's segment reductions).
+NumPy, a GPU array copied to the host and the result back. Inside JAX transformations the
+public functions send JAX tracers to ``_jax``'s segment functions (XLA's segment reductions).
 """
 
 from __future__ import annotations
