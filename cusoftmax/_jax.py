@@ -183,13 +183,7 @@ def softmax_topk(x, k, axis=-1, *, log=False, renormalize=False, where=None, sca
     compute, _ = C.compute_types(x.dtype)
     v = C.scaled(jnp, x, s, compute)
     keep = None if w is None else jnp.broadcast_to(w, v.shape)
-    # XLA folds _order_key's ``v + 0`` (which makes -0.0 +0.0, a tie) into v: -0.0's bits are
-    # made +0.0's here (bits, not a float compare, which on some backends counts subnormals 0).
-    uint = jnp.uint64 if v.dtype.itemsize == 8 else jnp.uint32
-    bits = jax.lax.bitcast_convert_type(jax.lax.stop_gradient(v), uint)
-    bits = jnp.where(bits == uint(1 << (8 * v.dtype.itemsize - 1)), uint(0), bits)
-    key, nan_key, out_key = _topk._order_key(jnp, jax.lax.bitcast_convert_type(bits, v.dtype),
-                                             keep)
+    key, nan_key, out_key = _topk._order_key(jnp, jax.lax.stop_gradient(v), keep)
     key = jnp.moveaxis(key, ax, -1)
     top = jax.lax.top_k(~key, k)[1]
     last, fn = (v.ndim - 1,), "log_softmax" if log else "softmax"

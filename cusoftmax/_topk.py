@@ -25,9 +25,11 @@ def _order_key(xp, v, keep):
     left out).
 
     float32 and float64: the bits as an unsigned integer, the non-negative values' bits flipped
-    below the sign, so the key falls as the value rises (-0.0 is made +0.0 first: they tie, as
-    in the sort). -inf has the largest bits of any number; NaN takes the next key, left-out
-    positions the one after. Wider types (longdouble, host only): dense ranks of the values.
+    below the sign, so the key falls as the value rises; -0.0 (the sign bit alone) takes +0.0's
+    key, so they tie as in the sort (from the bits: ``v + 0`` is folded away by XLA, and a
+    float compare counts subnormals as 0 on some backends). -inf has the largest bits of any
+    number; NaN takes the next key, left-out positions the one after. Wider types (longdouble,
+    host only): dense ranks of the values.
     """
     uint = {4: np.uint32, 8: np.uint64}.get(v.dtype.itemsize)
     with np.errstate(all="ignore"):
@@ -36,9 +38,10 @@ def _order_key(xp, v, keep):
             last = np.int64(v.size)
             key = last - rank.reshape(v.shape).astype(np.int64)
         else:
-            bits = (v + v.dtype.type(0)).view(uint)
+            bits = v.view(uint)
             low = uint((1 << (8 * v.dtype.itemsize - 1)) - 1)
             key = xp.where(bits > low, bits, bits ^ low)
+            key = xp.where(bits == low + uint(1), low, key)
             last = np.asarray(-np.inf, v.dtype).view(uint)[()]
         nan_key, out_key = last + 1, last + 2
         key = xp.where(xp.isnan(v), nan_key, key)
