@@ -160,9 +160,9 @@ def _launcher(plan, fn, tail):
     thread; a call writes only the addresses (and the load's slot where given). This costs about
     the driver's launch alone, where a RawKernel call converts each argument again
     (tools/host_launch.py measures both). A cooperative plan has every block resident at once, or
-    the launch fails. A plan of the Plain load without a workspace has ``run.launch(pointers,
-    stream)`` too: the same launch from given device addresses on a given stream (the torch
-    front's fast path)."""
+    the launch fails. A plan of the Plain load has ``run.launch(pointers, stream)`` too: the same
+    launch from given device addresses (a workspace's too) on a given stream (the torch front's
+    fast path)."""
     import ctypes
 
     import cupy
@@ -197,16 +197,20 @@ def _launcher(plan, fn, tail):
             buf[n - LOAD_SLOTS:n - LOAD_SLOTS + len(words)] = words
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
-    if workspace is None:
-        if plan.ops[0] == "Plain":
-            def launch(pointers, stream: int):
-                """The launch alone, for fronts that hold their own buffers: the arrays'
-                device addresses (``run``'s arrays, in order) and a CUDA stream handle."""
-                buf, params, _ = getattr(per_thread, "buf", None) or slots()
-                buf[:arrays] = pointers
-                launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, stream, params, *extra)
+    if plan.ops[0] == "Plain":
+        def launch(pointers, stream: int):
+            """The launch alone, for fronts that hold their own buffers: the arrays' device
+            addresses (``run``'s arrays, in order, then the workspace's where the plan has one:
+            ``launch.workspace``, (bytes, head bytes to zero on `stream` first), else None) and
+            a CUDA stream handle."""
+            buf, params, _ = getattr(per_thread, "buf", None) or slots()
+            buf[:pointers_n] = pointers
+            launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, stream, params, *extra)
 
-            run.launch = launch
+        pointers_n = pointers
+        launch.workspace = workspace
+        run.launch = launch
+    if workspace is None:
         return run
     nbytes, zeroed = workspace
 
@@ -216,6 +220,8 @@ def _launcher(plan, fn, tail):
             work.data.memset_async(0, zeroed)  # on the current stream, as the launch
         run(*given, work, load=load)
 
+    if hasattr(run, "launch"):
+        run_two_pass.launch = run.launch
     return run_two_pass
 
 

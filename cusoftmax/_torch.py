@@ -188,8 +188,15 @@ def _launched(op: str, axis, tensors, compute):
     if hit is not None and hit[0] is planning.active():
         if hit[1] is None:
             return compute()
-        y = torch.empty_like(x)
-        hit[1]((*[t.data_ptr() for t in tensors], y.data_ptr()), _raw_stream(device))
+        launch, y = hit[1], torch.empty_like(x)
+        pointers = (*[t.data_ptr() for t in tensors], y.data_ptr())
+        if launch.workspace is not None:  # a two-pass plan: its head zeroed on the same stream
+            nbytes, zeroed = launch.workspace
+            work = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+            if zeroed:
+                work[:zeroed].zero_()
+            pointers += (work.data_ptr(),)
+        launch(pointers, _raw_stream(device))
         return y
     y = compute()
     _learn(key, op, axis, tensors)

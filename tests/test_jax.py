@@ -244,21 +244,23 @@ def test_integer_input_gives_jaxs_float_without_a_warning():
 
 def test_no_host_transfer_inside_jit():
     """Every function, jitted and differentiated, on arrays already on the device, under
-    ``jax.transfer_guard("disallow")``: no value crosses to or from the host."""
+    ``jax.transfer_guard("disallow")``: no value crosses to or from the host. The operands are
+    the jitted function's arguments (arrays closed over are constants, which jit reads back)."""
     x, dy = (jax.device_put(_x((4, 9), seed)) for seed in (0, 1))
     where = jax.device_put(np.arange(9) < 6)
     ids = jax.device_put(np.repeat(np.arange(3), 3).astype(np.int32))
-    calls = [lambda v: cusoftmax.softmax(v, where=where, scale=0.5),
-             lambda v: cusoftmax.log_softmax(v, axis=0),
-             lambda v: cusoftmax.logsumexp(v, axis=1, b=dy),
-             lambda v: cusoftmax.softmax_vjp(cusoftmax.softmax(v), dy),
-             lambda v: cusoftmax.log_softmax_vjp(cusoftmax.log_softmax(v), dy, where=where),
-             lambda v: cusoftmax.softmax_topk(v, 3, where=where)[0],
-             lambda v: cusoftmax.segment_log_softmax(v, ids, num_segments=3, axis=1)]
+    calls = [lambda v, w, g, s: cusoftmax.softmax(v, where=w, scale=0.5),
+             lambda v, w, g, s: cusoftmax.log_softmax(v, axis=0),
+             lambda v, w, g, s: cusoftmax.logsumexp(v, axis=1, b=g),
+             lambda v, w, g, s: cusoftmax.softmax_vjp(cusoftmax.softmax(v), g),
+             lambda v, w, g, s: cusoftmax.log_softmax_vjp(cusoftmax.log_softmax(v), g, where=w),
+             lambda v, w, g, s: cusoftmax.softmax_topk(v, 3, where=w)[0],
+             lambda v, w, g, s: cusoftmax.segment_log_softmax(v, s, num_segments=3, axis=1)]
     with jax.transfer_guard("disallow"):
         for f in calls:
-            jax.block_until_ready(jax.jit(f)(x))
-            jax.block_until_ready(jax.jit(jax.grad(lambda v, f=f: jnp.sum(f(v))))(x))
+            jax.block_until_ready(jax.jit(f)(x, where, dy, ids))
+            summed = jax.grad(lambda v, w, g, s, f=f: jnp.sum(f(v, w, g, s)))
+            jax.block_until_ready(jax.jit(summed)(x, where, dy, ids))
 
 
 SEGMENT_FNS = [(cusoftmax.segment_softmax, TOLERANCE), (cusoftmax.segment_log_softmax,

@@ -265,15 +265,18 @@ def test_cuda_stream_graph_and_grad():
 
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
-def test_cuda_calls_like_earlier_ones_launch_directly(dtype):
+def test_cuda_calls_like_earlier_ones_launch_directly(dtype, monkeypatch):
     """A CUDA call like an earlier one launches the kernel that one used on the tensors' own
     memory (counted here): the same bits as the first call and as the CuPy call, for softmax,
-    log_softmax and both VJPs, on torch's current stream; a strided tensor, an op computed by
-    array operations (float64 log_softmax) and a dy on another device go the general way."""
+    log_softmax and both VJPs, on torch's current stream, a two-pass plan with its workspace
+    (rows of 4M) too; a strided tensor, an op computed by array operations (float64
+    log_softmax) and a dy on another device go the general way."""
     import cupy
 
     from cusoftmax import _torch
     from cusoftmax.planning import FUSED_TYPES
+
+    monkeypatch.setattr(_torch, "_LAUNCHES", {})  # this test's calls alone
 
     def entries(op, t):
         return [k for k in _torch._LAUNCHES
@@ -281,9 +284,10 @@ def test_cuda_calls_like_earlier_ones_launch_directly(dtype):
 
     x = torch.randn(64, 1000, device="cuda", dtype=dtype)
     dy = torch.randn(64, 1000, device="cuda", dtype=dtype)
+    long = torch.randn(2, 1 << 22, device="cuda", dtype=dtype)
     for op, args in (("softmax", (x,)), ("log_softmax", (x,)),
                      ("softmax_vjp", (x.softmax(-1), dy)),
-                     ("log_softmax_vjp", (x.log_softmax(-1), dy))):
+                     ("log_softmax_vjp", (x.log_softmax(-1), dy)), ("softmax", (long,))):
         fn = getattr(cusoftmax, op)
         first = fn(*args)
         (key,) = entries(op, args[0])
@@ -293,8 +297,16 @@ def test_cuda_calls_like_earlier_ones_launch_directly(dtype):
             assert launch is None and torch.equal(first, want), op
             continue
         assert launch is not None, op
+        if args[0] is long:
+            assert launch.workspace is not None
         streams = []
-        _torch._LAUNCHES[key] = (tuning, lambda p, s: (streams.append(s), launch(p, s)))
+
+        def counted(p, s, launch=launch):
+            streams.append(s)
+            launch(p, s)
+
+        counted.workspace = launch.workspace
+        _torch._LAUNCHES[key] = (tuning, counted)
         try:
             second = fn(*args)
             side = torch.cuda.Stream()
