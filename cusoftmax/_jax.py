@@ -1,15 +1,21 @@
 """JAX tracers: the family inside ``jax.jit``, ``jax.vmap``, ``jax.grad`` / ``jax.vjp``,
-``jax.lax.scan`` and ``jax.checkpoint``, as XLA operations in ``jax.numpy`` of ``_composed``:
+``jax.lax.scan`` and ``jax.checkpoint``.
+
+On an NVIDIA GPU, softmax, log_softmax, logsumexp (without `b` or `return_sign`) and both VJPs,
+without `where` and with a Python scalar `scale` or none, launch the family's own kernel from
+the compiled program (``_xla``: an XLA custom call, planned at trace time for the traced shape)
+where one launch over the dense operands takes the call. Everything else, and every call
+lowered for another platform, runs as XLA operations in ``jax.numpy`` of ``_composed``:
 ``direct`` (one max, one sum, the map) for softmax, log_softmax and logsumexp without `b`, the
 reference's state for logsumexp with `b` or `return_sign`, its VJPs for the VJPs; the same NaN,
-inf and `where` rules as every other path. Not the kernels yet: XLA compiles and fuses these
-operations for the backend.
+inf and `where` rules as every other path.
 
-softmax and log_softmax carry a ``jax.custom_vjp`` whose backward is the family's VJP formula
-(``_composed.vjp``: one sum a slice, zero at masked positions), for `x` (and a Python scalar
-`scale`); with an array `scale`, and for logsumexp and the VJPs, JAX differentiates the
-reference. softmax_topk's values are gathered from those two, so they differentiate in `x` too.
-Sums accumulate in float64 only where JAX has x64 enabled (else in float32).
+softmax and log_softmax carry a ``jax.custom_vjp`` whose backward is the family's VJP (the VJP
+kernel on the GPU where it takes the call, else ``_composed.vjp``: one sum a slice, zero at
+masked positions), for `x` (and a Python scalar `scale`); with an array `scale`, and for
+logsumexp and the VJPs, JAX differentiates the reference. softmax_topk's values are gathered
+from those two, so they differentiate in `x` too. ``vmap`` of a kernel's call plans the batched
+shape. Sums accumulate in float64 only where JAX has x64 enabled (else in float32).
 
 Eager JAX arrays do not come here: they reach the kernels through DLPack (``_arrays``).
 """
@@ -18,13 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _args
+from . import _args, _xla
 from . import _composed as C
 
 _TRACER = getattr(jax.core, "Tracer", None) or jax._src.core.Tracer
@@ -77,7 +83,54 @@ def _scale(scale, x, axes):
 
 
 def _forward(op, x, axes, where, scale):
+    if where is None and (scale is None or isinstance(scale, float)):
+        return _routed(op, axes, scale)(x)
     return C.direct(jnp, op, x, axes, where=where, scale=scale)
+
+
+def _reference(op: str, axes: tuple, scale, *operands):
+    """`op` of `operands` (x, or y and dy) as XLA operations; logsumexp without its axes."""
+    if op in ("softmax_vjp", "log_softmax_vjp"):
+        y, dy = operands
+        log = op == "log_softmax_vjp"
+        with _x64_as_configured():
+            return C.vjp(jnp, y, dy, C.vjp_sum(jnp, y, dy, axes, log=log), log=log)
+    y = C.direct(jnp, op, operands[0], axes, scale=scale)
+    return y.squeeze(axes) if op == "logsumexp" else y
+
+
+@lru_cache(maxsize=None)
+def _routed(op: str, axes: tuple, scale):
+    """`op` (one of ``_xla.OPS``) over `axes` with `scale` (None or a Python float) as a
+    function of its operands: the kernel's custom call where the program is lowered for the
+    GPU and the kernels take the call, else ``_reference``. vmap calls it again on the batched
+    operands (the batch axis first); JAX differentiates the reference."""
+    reference = partial(_reference, op, axes, scale)
+    if not _xla.usable():
+        return reference
+
+    def kernel(*operands):
+        x = operands[0]
+        shape = tuple(n for d, n in enumerate(x.shape) if d not in axes) if op == "logsumexp" \
+            else x.shape
+        y = _xla.call(op, operands, shape, x.dtype, axes, scale)
+        return reference(*operands) if y is None else y
+
+    @jax.custom_batching.custom_vmap
+    def batched(*operands):
+        return jax.lax.platform_dependent(*operands, default=reference,
+                                          **{_xla.PLATFORM: kernel})
+
+    @batched.def_vmap
+    def _(size, in_batched, *operands):
+        operands = [a if b else jnp.broadcast_to(a, (size,) + a.shape)
+                    for a, b in zip(operands, in_batched)]
+        return _routed(op, tuple(d + 1 for d in axes), scale)(*operands), True
+
+    f = jax.custom_vjp(batched)
+    f.defvjp(lambda *operands: (batched(*operands), operands),
+             lambda operands, g: jax.vjp(reference, *operands)[1](g))
+    return f
 
 
 @lru_cache(maxsize=None)
@@ -97,9 +150,12 @@ def _with_vjp(op: str, axes: tuple, scale):
         y, where = res
         dy = dy.astype(y.dtype)
         log = op == "log_softmax"
-        with _x64_as_configured():
-            total = C.vjp_sum(jnp, y, dy, axes, where=where, log=log)
-            dx = C.vjp(jnp, y, dy, total, where=where, log=log)
+        if where is None:
+            dx = _routed(f"{op}_vjp", axes, None)(y, dy)
+        else:
+            with _x64_as_configured():
+                total = C.vjp_sum(jnp, y, dy, axes, where=where, log=log)
+                dx = C.vjp(jnp, y, dy, total, where=where, log=log)
         return (dx if scale is None else dx * jnp.asarray(scale, dx.dtype)), None
 
     f.defvjp(fwd, bwd)
@@ -131,6 +187,9 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     if b is not None:
         b = jnp.asarray(b)
         _args.real_rule(b, "b", bool_ok=True)
+    if b is None and not return_sign and w is None and (s is None or isinstance(s, float)):
+        res = _routed("logsumexp", axes, s)(a)
+        return jnp.expand_dims(res, axes) if keepdims else res
     if b is None and not return_sign:
         res = C.direct(jnp, "logsumexp", a, axes, where=w, scale=s)
     else:  # signed weights: the state's sum, its sign kept apart
@@ -148,6 +207,8 @@ def _vjp(op, y, dy, axis, where, out):
     _args.dy_rule(dy, y.shape)
     w, log = _where(where, y), op == "log_softmax_vjp"
     dy = dy.astype(y.dtype)
+    if w is None:
+        return _routed(op, axes, None)(y, dy)
     with _x64_as_configured():
         total = C.vjp_sum(jnp, y, dy, axes, where=w, log=log)
         return C.vjp(jnp, y, dy, total, where=w, log=log)

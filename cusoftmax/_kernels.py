@@ -6,6 +6,7 @@ import re
 import threading
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -148,6 +149,21 @@ def load_word(load: str, value=None) -> int:
     return int(np.float64(value).view(np.int64))
 
 
+class LaunchSpec(NamedTuple):
+    """One bound launch, everything fixed but the arrays' addresses (``run.spec``), for fronts
+    that launch it themselves (kernels/xla_launch.cc): the function (a CUfunction), its grid and
+    block (one dimension each), dynamic shared memory, whether the launch is cooperative, the
+    integer arguments after the addresses (the load functor's ``planning.LOAD_SLOTS`` slots
+    follow them), and the workspace ((bytes, head bytes zeroed first) or None)."""
+    function: int
+    grid: int
+    block: int
+    smem: int
+    cooperative: bool
+    tail: tuple
+    workspace: tuple | None
+
+
 def _launcher(plan, fn, tail):
     """``run(x, y)``: launches ``fn`` as ``plan`` says on CuPy arrays x and y (``plan.inputs``
     inputs, then ``plan.outputs`` outputs: ``run(y, dy, dx)`` for a backward pass, ``run(x,
@@ -160,9 +176,9 @@ def _launcher(plan, fn, tail):
     thread; a call writes only the addresses (and the load's slot where given). This costs about
     the driver's launch alone, where a RawKernel call converts each argument again
     (tools/host_launch.py measures both). A cooperative plan has every block resident at once, or
-    the launch fails. A plan of the Plain load has ``run.launch(pointers, stream)`` too: the same
-    launch from given device addresses (a workspace's too) on a given stream (the torch front's
-    fast path)."""
+    the launch fails. ``run.spec`` is the launch as data (``LaunchSpec``); a plan of the Plain load
+    has ``run.launch(pointers, stream)`` too: the same launch from given device addresses (a
+    workspace's too) on a given stream (the torch front's fast path)."""
     import ctypes
 
     import cupy
@@ -197,6 +213,8 @@ def _launcher(plan, fn, tail):
             buf[n - LOAD_SLOTS:n - LOAD_SLOTS + len(words)] = words
         launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, current_stream().ptr, params, *extra)
 
+    run.spec = LaunchSpec(ptr, grid, block, smem, cooperative, tuple(int(v) for v in tail),
+                          workspace)
     if plan.ops[0] == "Plain":
         def launch(pointers, stream: int):
             """The launch alone, for fronts that hold their own buffers: the arrays' device
@@ -220,6 +238,7 @@ def _launcher(plan, fn, tail):
             work.data.memset_async(0, zeroed)  # on the current stream, as the launch
         run(*given, work, load=load)
 
+    run_two_pass.spec = run.spec
     if hasattr(run, "launch"):
         run_two_pass.launch = run.launch
     return run_two_pass

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax._accuracy import LOG_TOLERANCE, TOLERANCE, VJP_TOLERANCE
+from _support import BF16, assert_same_bits, requires_gpu
 from test_family import _values, check
 from test_segment import segment_cases
 from test_topk import ref_topk
@@ -321,3 +322,147 @@ def test_segment_rules_inside_jit():
     check(np.asarray(batched), cusoftmax.segment_softmax(_x((3, 6)).astype(np.float64),
                                                          offsets=[0, 2, 6], axis=1),
           np.float32, TOLERANCE)
+
+
+@pytest.fixture
+def kernel_route(monkeypatch):
+    """The kernel route's plumbing on this platform: ``_xla.call`` replaced by a stand-in that
+    records each call and answers with the reference (None for the ops in ``declined``), the
+    custom call's platform set to this one."""
+    from cusoftmax import _jax, _xla
+
+    calls, declined = [], set()
+
+    def stand_in(op, operands, shape, dtype, axes, scale):
+        calls.append((op, tuple(operands[0].shape), axes, scale))
+        if op in declined:
+            return None
+        y = _jax._reference(op, axes, scale, *operands)
+        assert y.shape == shape and y.dtype == dtype
+        return y * np.asarray(1, dtype)  # not the reference's own value
+
+    monkeypatch.setattr(_xla, "usable", lambda: True)
+    monkeypatch.setattr(_xla, "PLATFORM", jax.default_backend())
+    monkeypatch.setattr(_xla, "call", stand_in)
+    for cached in (_jax._routed, _jax._with_vjp):
+        cached.cache_clear()
+    yield calls, declined
+    for cached in (_jax._routed, _jax._with_vjp):
+        cached.cache_clear()
+
+
+def test_kernel_route_plumbing(kernel_route):
+    """jit, vmap (the batched shape planned again, its axes moved), grad (the VJP op's route),
+    second derivatives (the reference's), logsumexp with keepdims, and a declined call (the
+    reference): the ops that have a kernel route reach it with static axes and scale, and give
+    the eager results."""
+    calls, declined = kernel_route
+    x, t = _x((4, 9)), np.random.default_rng(2).random((4, 9)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    got = jax.jit(lambda v: cusoftmax.softmax(v, scale=0.5))(x)
+    check(np.asarray(got), cusoftmax.softmax(x64, scale=0.5), np.float32, TOLERANCE)
+    assert calls == [("softmax", (4, 9), (1,), 0.5)]
+    calls.clear()
+    got = jax.vmap(lambda r: cusoftmax.log_softmax(r, axis=0), in_axes=1, out_axes=1)(x)
+    check(np.asarray(got), cusoftmax.log_softmax(x64, axis=0), np.float32, LOG_TOLERANCE)
+    assert calls[-1] == ("log_softmax", (9, 4), (1,), None)  # (after the unbatched trace)
+    calls.clear()
+
+    def loss(v):
+        return -jnp.sum(t * cusoftmax.log_softmax(v))
+
+    got = jax.jit(jax.grad(loss))(x)
+    want = jax.grad(lambda v: -jnp.sum(t * jax.nn.log_softmax(v)))(x64)
+    check(np.asarray(got), np.asarray(want), np.float32, VJP_TOLERANCE,
+          of=np.full(want.shape, np.abs(want).max()))
+    assert [c[0] for c in calls] == ["log_softmax", "log_softmax_vjp"]
+    def second(softmax, v, w):  # reverse over reverse (custom_vjp has no forward mode)
+        return jax.grad(lambda a: jnp.sum(jax.grad(lambda b: jnp.sum(w * softmax(b)))(a) ** 2))(v)
+
+    got = second(cusoftmax.softmax, x, t)
+    want = second(jax.nn.softmax, x64, t.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+    calls.clear()
+    got = jax.jit(lambda v: cusoftmax.logsumexp(v, axis=0, keepdims=True))(x)
+    assert got.shape == (1, 9) and calls == [("logsumexp", (4, 9), (0,), None)]
+    check(np.asarray(got), cusoftmax.logsumexp(x64, 0, keepdims=True), np.float32, LOG_TOLERANCE)
+    grad = jax.grad(lambda v: jnp.sum(cusoftmax.logsumexp(v, axis=1)))(x)
+    check(np.asarray(grad), cusoftmax.softmax(x64), np.float32, TOLERANCE)
+    declined.add("softmax_vjp")
+    dy = np.ones_like(x)
+    got = jax.jit(lambda y, g: cusoftmax.softmax_vjp(y, g))(x, dy)
+    check(np.asarray(got), cusoftmax.softmax_vjp(x64, dy), np.float32, VJP_TOLERANCE)
+    assert calls[-1] == ("softmax_vjp", (4, 9), (1,), None)
+    calls.clear()
+    cusoftmax.softmax(jnp.asarray(x), where=jnp.asarray(x > 0))  # where= stays XLA's
+    jax.jit(lambda v: cusoftmax.logsumexp(v, b=v))(x)  # so does b=
+    assert calls == []
+
+
+def _on_jax_gpu():
+    return any(d.platform == "gpu" for d in jax.devices())
+
+
+@requires_gpu
+@pytest.mark.skipif("not _on_jax_gpu()", reason="needs JAX's CUDA backend")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_kernels_inside_jit_on_the_gpu(dtype):
+    """Inside jit on the GPU each op's custom call launches the kernel the eager CuPy call
+    launches: the same bits, for rows in registers, a two-pass plan with its workspace (rows of
+    4M), axis 0, two axes and a scale; vmap plans the batched shape; grad of a cross-entropy
+    matches jax.nn's; scan carries a call; the lowered program holds the custom call."""
+    import cupy
+
+    from cusoftmax import _xla
+
+    assert _xla.usable(), _xla.library()[1]
+    if dtype == "float64" and not jax.config.jax_enable_x64:
+        pytest.skip("float64 needs JAX's x64")
+    dtype = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(0)
+    cases = [((64, 1000), -1, None), ((2, 1 << 22), -1, None), ((4096, 32), 0, None),
+             ((8, 16, 128), (1, 2), None), ((64, 1000), -1, 0.125)]
+    for shape, axis, scale in cases:
+        x = rng.normal(0, 3, shape).astype(dtype)
+        xj, xc = jnp.asarray(x), cupy.asarray(x)
+        for op in ("softmax", "log_softmax", "logsumexp"):
+            fn = getattr(cusoftmax, op)
+            if op != "logsumexp" and not isinstance(axis, int):
+                continue
+            f = jax.jit(lambda v, fn=fn: fn(v, axis, scale=scale))
+            launched = _xla.TARGET in f.lower(xj).as_text()
+            if shape == (64, 1000) and dtype.name in cusoftmax.planning.FUSED_TYPES[op]:
+                assert launched, (op, dtype)
+            if launched:  # the eager call's kernel
+                assert_same_bits(np.asarray(f(xj)), fn(xc, axis, scale=scale))
+            else:
+                table = TOLERANCE if op == "softmax" else LOG_TOLERANCE
+                check(np.asarray(f(xj)), fn(x.astype(np.float64), axis, scale=scale), dtype,
+                      table)
+        y, dy = cusoftmax.softmax(xc, axis), cupy.asarray(rng.normal(size=shape).astype(dtype))
+        for op in ("softmax_vjp", "log_softmax_vjp"):
+            if not isinstance(axis, int):
+                continue
+            fn = getattr(cusoftmax, op)
+            f = jax.jit(lambda a, b, fn=fn: fn(a, b, axis))
+            yj, dyj = jnp.asarray(y.get()), jnp.asarray(dy.get())
+            if _xla.TARGET in f.lower(yj, dyj).as_text():
+                assert_same_bits(np.asarray(f(yj, dyj)), fn(y, dy, axis))
+            else:
+                want = fn(y.get().astype(np.float64), dy.get().astype(np.float64), axis)
+                check(np.asarray(f(yj, dyj)), want, dtype, VJP_TOLERANCE,
+                      of=np.full(want.shape, np.abs(want).max()))
+    x = rng.normal(0, 3, (6, 5, 300)).astype(np.float32)
+    got = jax.jit(jax.vmap(lambda v: cusoftmax.log_softmax(v, axis=0), in_axes=2, out_axes=2))(x)
+    assert_same_bits(np.asarray(got), cusoftmax.log_softmax(cupy.asarray(x), axis=1))
+    t = rng.random((256, 16384)).astype(np.float32)
+    x = rng.normal(0, 3, (256, 16384)).astype(np.float32)
+    ours = jax.jit(jax.grad(lambda v: -jnp.sum(t * cusoftmax.log_softmax(v))))(x)
+    theirs = jax.jit(jax.grad(lambda v: -jnp.sum(t * jax.nn.log_softmax(v))))(x)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-4, atol=1e-6)
+    carried = jax.jit(lambda v: jax.lax.scan(lambda c, _: (cusoftmax.softmax(c), None), v,
+                                             length=3)[0])(x[:8])
+    want = x[:8].astype(np.float64)
+    for _ in range(3):
+        want = cusoftmax.softmax(want)
+    check(np.asarray(carried), want, np.float32, TOLERANCE)

@@ -33,8 +33,8 @@
 #   segments      the segment kernels: tests/test_segment.py, memcheck and racecheck over their
 #                 float32 GPU tests, the bench (--segments: PyG and JAX as peers)
 #   fronts        the JAX and torch fronts on the GPU: tests/test_jax.py (XLA and kernel routes),
-#                 tests/test_torch.py, the bench --torch-op, the JAX FFI probe
-#                 (dev/probes/jax_ffi_probe.py: it needs a C++ compiler)
+#                 tests/test_torch.py, the bench --torch-op and --jax-jit (the kernels' custom
+#                 call inside jax.jit: it needs a C++ compiler)
 #   loads         scale= and where= in the kernels: tests/test_scale.py and test_masked.py,
 #                 memcheck over them, the Scaled load's kernel times (dev/probes/scale_probe.py),
 #                 the bench with --where full, --where padding and --scale
@@ -188,7 +188,7 @@ for what in ${@:-tests sanitize bench}; do
         step jax-tests fronts.log "${pytest[@]}" -n 8 tests/test_jax.py
         step torch-tests fronts.log "${pytest[@]}" -n 8 tests/test_torch.py
         step torch-op-bench fronts.log python3 -m cusoftmax.bench --torch-op --repeat 10 --out "$OUT"
-        step jax-ffi-probe fronts.log env PYTHONPATH=. python3 dev/probes/jax_ffi_probe.py --out "$OUT" ;;
+        step jax-jit-bench fronts.log python3 -m cusoftmax.bench --jax-jit --dtypes float32,bfloat16 --out "$OUT" ;;
     loads)  # scale= and where= in the kernels: their tests, memcheck over them, their benches
         step loads-tests loads.log "${pytest[@]}" tests/test_scale.py tests/test_masked.py
         step loads-memcheck loads.log "${sanitize[@]}" memcheck "${pytest[@]}" tests/test_scale.py \

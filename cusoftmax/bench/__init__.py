@@ -106,6 +106,10 @@ def _parse(argv):
                    help="the family as torch operators against torch's own: a loss's forward "
                         "and backward, eager and compiled, and the host time of a call (needs "
                         "torch with CUDA; --dtypes, --repeat, --out)")
+    p.add_argument("--jax-jit", action="store_true",
+                   help="the family inside jax.jit (the kernels' custom call) against jax.nn's "
+                        "jitted ops: device and wall time a call (needs JAX with CUDA; --dtypes, "
+                        "--repeat, --out)")
     p.add_argument("--dask", action="store_true",
                    help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
     p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")
@@ -338,6 +342,10 @@ def main(argv=None):
         from .torch_op import main as torch_op_main
 
         return torch_op_main(args)
+    if args.jax_jit:
+        from .jax_jit import main as jax_jit_main
+
+        return jax_jit_main(args)
     if args.dask:
         from .dask_chunks import main as dask_main
 
