@@ -91,19 +91,25 @@ def library():
     if why is not None:
         return None, why
     try:
-        import jax
-
-        lib = ctypes.cdll.LoadLibrary(str(build()))
+        return register(build()), None
     except (RuntimeError, OSError) as e:
         return None, f"the XLA handler could not be built: {e}"
+
+
+def register(path: Path, target: str = TARGET):
+    """The handler's library at `path`, loaded, its handler registered for CUDA as `target`
+    (no GPU needed)."""
+    import jax
+
+    lib = ctypes.cdll.LoadLibrary(str(path))
     lib.csm_new.restype = ctypes.c_int64
     lib.csm_set.restype = ctypes.c_int
     lib.csm_set.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
                             ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int64,
                             ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
     symbol = lib.csm_launch_graph if _setting() == "graph" else lib.csm_launch
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(symbol), platform="CUDA")
-    return lib, None
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="CUDA")
+    return lib
 
 
 def usable() -> bool:

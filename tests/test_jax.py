@@ -399,6 +399,32 @@ def test_kernel_route_plumbing(kernel_route):
     assert calls == []
 
 
+def test_xla_handler_builds_registers_and_lowers(tmp_path):
+    """kernels/xla_launch.cc compiles against jaxlib's FFI headers, registers for CUDA, and a
+    jitted custom call of it lowers for CUDA with its id (no GPU needed)."""
+    import shutil
+
+    from cusoftmax import _xla
+
+    if not any(shutil.which(c) for c in ("c++", "g++")):
+        pytest.skip("no C++ compiler")
+    target = "cusoftmax_launch_test"  # not the library's own, which a GPU test registers
+    lib = _xla.register(_xla.build(tmp_path), target)
+    assert lib.csm_new() == 0 and lib.csm_new() == 1
+    words = (__import__("ctypes").c_int64 * 2)(4, 256)
+    assert lib.csm_set(1, 0, None, 4, 128, 0, 0, 0, 2, words) == 0
+    assert lib.csm_set(2, 0, None, 4, 128, 0, 0, 0, 2, words) == 1  # no such id
+    assert _xla.build(tmp_path) == _xla.build(tmp_path)  # built once
+
+    def f(x):
+        return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(x.shape, x.dtype))(
+            x, id=np.int64(1))
+
+    text = jax.jit(f).trace(np.ones((4, 256), np.float32)).lower(
+        lowering_platforms=("cuda",)).as_text()
+    assert f"custom_call @{target}" in text and "id = 1 : i64" in text
+
+
 def _on_jax_gpu():
     return any(d.platform == "gpu" for d in jax.devices())
 
