@@ -64,11 +64,12 @@ def expressions(filename, arch, every=ALL):
     return out
 
 
-def _compile(text, filename, exprs, arch):
-    """'' where every expression of `exprs` compiles from `text` for sm_`arch` without a
-    warning and is lowered to a kernel of the CUBIN, else what went wrong."""
+def _compile(text, filename, exprs, arch, extra=()):
+    """'' where every expression of `exprs` compiles from `text` for sm_`arch` (with the
+    `extra` options) without a warning and is lowered to a kernel of the CUBIN, else what went
+    wrong."""
     options = (*_kernels.options(), f"-arch=sm_{arch}", f"-I{_include_dir()}",
-               "--device-as-default-execution-space")
+               "--device-as-default-execution-space", *extra)
     prog = nvrtc.createProgram(text, filename, (), ())
     try:
         for e in exprs:

@@ -25,5 +25,5 @@ def test_axis0_probe_compiles(name):
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     # 177: the slab's constants, declared but unused by the probes' kernels
-    _checks._compiles(probe.source(), f"{name}.cu", list(probe.instantiations().values()), "90",
-                      ("-diag-suppress=177",))
+    assert _checks._compile(probe.source(), f"{name}.cu", list(probe.instantiations().values()),
+                            "90", ("-diag-suppress=177",)) == ""
