@@ -133,6 +133,11 @@ def _routed(op: str, axes: tuple, scale):
     return f
 
 
+# The backward of softmax and log_softmax by the VJP kernel (else XLA's operations, which XLA
+# can fuse with what computes dy). Record jax-2.
+KERNEL_BACKWARD = True
+
+
 @lru_cache(maxsize=None)
 def _with_vjp(op: str, axes: tuple, scale):
     """softmax or log_softmax over `axes` with a static scale (None or a float), whose backward
@@ -150,7 +155,7 @@ def _with_vjp(op: str, axes: tuple, scale):
         y, where = res
         dy = dy.astype(y.dtype)
         log = op == "log_softmax"
-        if where is None:
+        if where is None and KERNEL_BACKWARD:
             dx = _routed(f"{op}_vjp", axes, None)(y, dy)
         else:
             with _x64_as_configured():
