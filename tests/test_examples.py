@@ -17,6 +17,8 @@ def test_example_runs(script):
         pytest.importorskip("torch")  # the torch extra
     if script.name == "dask_softmax.py":
         pytest.importorskip("dask")  # the dask extra
+    if script.name == "jax_jit.py":
+        pytest.importorskip("jax")  # the jax extra
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                           timeout=600)
