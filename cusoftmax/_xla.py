@@ -10,9 +10,8 @@ moved axis). Everything else stays XLA's operations (``_jax``).
 
 The handler is compiled once per source and jaxlib version with the C++ compiler (``c++``,
 ``g++`` or ``$CXX``) against jaxlib's FFI headers into ``$CUSOFTMAX_CACHE_DIR`` (default
-``~/.cache/cusoftmax``). ``CUSOFTMAX_JAX_KERNELS=0`` keeps every jitted call on XLA's operations;
-``CUSOFTMAX_JAX_KERNELS=graph`` registers the handler as safe for XLA's command buffers (CUDA
-graphs).
+``~/.cache/cusoftmax``). ``CUSOFTMAX_JAX_KERNELS=0`` keeps every jitted call on XLA's
+operations.
 """
 
 from __future__ import annotations
@@ -38,10 +37,6 @@ PLATFORM = "cuda"  # jax.lax.platform_dependent's name of the platform the kerne
 # The ops a jitted program can launch, and the engine's way to each one's launch.
 OPS = ("softmax", "log_softmax", "logsumexp", "softmax_vjp", "log_softmax_vjp")
 _lock = threading.Lock()
-
-
-def _setting() -> str:
-    return os.environ.get("CUSOFTMAX_JAX_KERNELS", "1").strip().lower()
 
 
 def _cache_dir() -> Path:
@@ -85,7 +80,8 @@ def build(folder: Path | None = None) -> Path:
 def library():
     """(the handler's library, loaded and its target registered for CUDA, None) or (None, why
     jitted calls stay on XLA's operations)."""
-    if _setting() in ("0", "false", "off", "no"):
+    setting = os.environ.get("CUSOFTMAX_JAX_KERNELS", "1").strip().lower()
+    if setting in ("0", "false", "off", "no"):
         return None, "CUSOFTMAX_JAX_KERNELS is off"
     why = _arrays.no_gpu_reason()
     if why is not None:
@@ -107,8 +103,7 @@ def register(path: Path, target: str = TARGET):
     lib.csm_set.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
                             ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int64,
                             ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
-    symbol = lib.csm_launch_graph if _setting() == "graph" else lib.csm_launch
-    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="CUDA")
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(lib.csm_launch), platform="CUDA")
     return lib
 
 

@@ -139,14 +139,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(csm_launch, Launch,
                                   .Attr<int64_t>("id")
                                   .RemainingArgs()
                                   .RemainingRets());
-
-// The same, marked safe to record into XLA's command buffers (CUDA graphs): a launch is a
-// fixed kernel of fixed arguments but for its buffers' addresses.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(csm_launch_graph, Launch,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<void*>>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Attr<int64_t>("id")
-                                  .RemainingArgs()
-                                  .RemainingRets(),
-                              {ffi::Traits::kCmdBufferCompatible});
