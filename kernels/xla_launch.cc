@@ -39,7 +39,8 @@ const Driver* driver() {
         Driver d;
         if (void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {
             d.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
-            d.cooperative = reinterpret_cast<CooperativeFn>(dlsym(lib, "cuLaunchCooperativeKernel"));
+            d.cooperative =
+                reinterpret_cast<CooperativeFn>(dlsym(lib, "cuLaunchCooperativeKernel"));
             d.memset = reinterpret_cast<MemsetFn>(dlsym(lib, "cuMemsetD8Async"));
         }
         return d;
