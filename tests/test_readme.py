@@ -2,10 +2,12 @@
 lines run where there is a GPU)."""
 
 import contextlib
+import importlib.util
 import io
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from _support import GPU_REASON
@@ -29,5 +31,13 @@ def test_readme_code_runs_and_prints_its_comments():
     for block in BLOCKS[1:]:
         if "dask" in block:
             pytest.importorskip("dask.array")
+        if "import jax" in block:
+            if importlib.util.find_spec("jax") is None:  # the jax extra
+                continue
+            exec(block, scope)
+            # the gradient of -sum(t * log_softmax(x)): softmax(x) * sum(t) - t
+            want = scope["cusoftmax"].softmax(scope["x"]) - np.eye(4, 1000)
+            assert np.allclose(np.asarray(scope["dx"]), want, atol=1e-6)
+            continue
         exec(block, scope)
     assert scope["pd"].shape == (4, 1000) and scope["values"].shape == (4, 5)
