@@ -109,7 +109,7 @@ def _parse(argv):
     p.add_argument("--jax-jit", action="store_true",
                    help="the family inside jax.jit (the kernels' custom call) against jax.nn's "
                         "jitted ops: device and wall time a call (needs JAX with CUDA; --dtypes, "
-                        "--repeat, --out)")
+                        "--widths of its shapes, --out)")
     p.add_argument("--dask", action="store_true",
                    help="the family over Dask arrays of CuPy chunks against one call (needs Dask)")
     p.add_argument("--dask-chunks", default="8,16", help="with --dask: chunks along the axis")

@@ -96,9 +96,11 @@ def main(args) -> int:
             "jax.nn of floor", "ours wall us", "jax.nn wall us", "kernel"]
     rows = []
     rng = np.random.default_rng(0)
+    widths = {int(w) for w in args.widths.split(",")} if args.widths else None
+    shapes = [s for s in SHAPES if widths is None or s[-1] in widths]
     for dt in dtypes:
         dtype = _dtype(cupy, dt)
-        for shape in SHAPES:
+        for shape in shapes:
             x = rng.normal(0, 2, shape).astype(dtype)
             copy_us = timer.copy(cupy.asarray(x))
             xj = jnp.asarray(x)
