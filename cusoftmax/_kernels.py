@@ -216,16 +216,15 @@ def _launcher(plan, fn, tail):
     run.spec = LaunchSpec(ptr, grid, block, smem, cooperative, tuple(int(v) for v in tail),
                           workspace)
     if plan.ops[0] == "Plain":
-        def launch(pointers, stream: int):
+        def launch(addresses, stream: int):
             """The launch alone, for fronts that hold their own buffers: the arrays' device
             addresses (``run``'s arrays, in order, then the workspace's where the plan has one:
             ``launch.workspace``, (bytes, head bytes to zero on `stream` first), else None) and
             a CUDA stream handle."""
             buf, params, _ = getattr(per_thread, "buf", None) or slots()
-            buf[:pointers_n] = pointers
+            buf[:pointers] = addresses
             launch_kernel(ptr, grid, 1, 1, block, 1, 1, smem, stream, params, *extra)
 
-        pointers_n = pointers
         launch.workspace = workspace
         run.launch = launch
     if workspace is None:
