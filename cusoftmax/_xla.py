@@ -143,11 +143,13 @@ def launch_id(op: str, shape: tuple, dtype_name: str, axes: tuple, scale) -> tup
     operations do). ``scale``: None or a float the kernels' Scaled load takes."""
     import cupy
 
+    from ._engine import fused_scale
+
     lib = library()[0]
     dtype = np.dtype(dtype_name)
     if (lib is None or op not in OPS or dtype.name not in FUSED_TYPES[op]
-            or 0 in shape or not axes):
-        return None
+            or 0 in shape or not axes or (scale is not None and fused_scale(scale, dtype) is None)):
+        return None  # a scale the Scaled load does not take (not positive and finite): XLA's
     found = {}
     for device in range(cupy.cuda.runtime.getDeviceCount()):
         with cupy.cuda.Device(device):
