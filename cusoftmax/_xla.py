@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, planning
 from .planning import FUSED_TYPES, LOAD_SLOTS
 
 SOURCE = "xla_launch.cc"  # in kernels/
@@ -137,9 +137,11 @@ def _launch(op: str, shape: tuple, dtype: np.dtype, axes: tuple, scale):
 
 
 @lru_cache(maxsize=4096)
-def launch_id(op: str, shape: tuple, dtype_name: str, axes: tuple, scale) -> tuple | None:
-    """(the handler's id of `op` of dense arrays like these, planned and bound on every visible
-    GPU, the bytes of its workspace) or None where the kernels do not take the call (XLA's
+def launch_id(op: str, shape: tuple, dtype_name: str, axes: tuple, scale,
+              tuning=None) -> tuple | None:
+    """(the handler's id of `op` of dense arrays like these, planned under ``tuning`` (the
+    active one, which the engine plans with: part of the key) and bound on every visible GPU,
+    the bytes of its workspace) or None where the kernels do not take the call (XLA's
     operations do). ``scale``: None or a float the kernels' Scaled load takes."""
     import cupy
 
@@ -175,7 +177,8 @@ def call(op: str, operands, out_shape: tuple, dtype, axes: tuple, scale):
     where the kernels do not take the call."""
     import jax
 
-    found = launch_id(op, tuple(operands[0].shape), np.dtype(dtype).name, axes, scale)
+    found = launch_id(op, tuple(operands[0].shape), np.dtype(dtype).name, axes, scale,
+                      planning.active())
     if found is None:
         return None
     ident, nbytes = found
