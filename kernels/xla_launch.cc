@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -49,7 +50,7 @@ const Driver* driver() {
 }
 
 struct Spec {
-    void* function = nullptr;  // none registered for this device
+    void* function = nullptr;
     unsigned grid = 0, block = 0, smem = 0;
     bool cooperative = false;
     int64_t zeroed = 0;          // head bytes of the workspace (the last result) to zero first
@@ -57,20 +58,23 @@ struct Spec {
 };
 
 std::mutex registry_lock;
-std::vector<std::vector<Spec>> registry;  // id -> device ordinal -> launch, in this process
+// id -> device ordinal -> launch (null: none for that device), in this process. A launch is
+// immutable once set, so a call holds its pointer and reads it without the lock.
+std::vector<std::vector<std::shared_ptr<const Spec>>> registry;
 
 ffi::Error Launch(void* stream, int32_t ordinal, int64_t id, ffi::RemainingArgs args,
                   ffi::RemainingRets rets) {
-    Spec spec;
+    std::shared_ptr<const Spec> found;
     {
         std::lock_guard<std::mutex> hold(registry_lock);
-        if (id < 0 || id >= static_cast<int64_t>(registry.size()) || ordinal < 0 ||
-            ordinal >= static_cast<int32_t>(registry[id].size()) ||
-            registry[id][ordinal].function == nullptr)
-            return ffi::Error(ffi::ErrorCode::kNotFound,
-                              "cusoftmax: no kernel registered for this call on this device");
-        spec = registry[id][ordinal];
+        if (id >= 0 && id < static_cast<int64_t>(registry.size()) && ordinal >= 0 &&
+            ordinal < static_cast<int32_t>(registry[id].size()))
+            found = registry[id][ordinal];
     }
+    if (found == nullptr || found->function == nullptr)
+        return ffi::Error(ffi::ErrorCode::kNotFound,
+                          "cusoftmax: no kernel registered for this call on this device");
+    const Spec& spec = *found;
     const Driver* cuda = driver();
     if (cuda == nullptr)
         return ffi::Error(ffi::ErrorCode::kUnavailable, "cusoftmax: libcuda.so.1 not found");
@@ -120,16 +124,17 @@ extern "C" int csm_set(int64_t id, int32_t ordinal, void* function, int64_t grid
                        const int64_t* words) {
     std::lock_guard<std::mutex> hold(registry_lock);
     if (id < 0 || id >= static_cast<int64_t>(registry.size()) || ordinal < 0) return 1;
+    auto spec = std::make_shared<Spec>();
+    spec->function = function;
+    spec->grid = static_cast<unsigned>(grid);
+    spec->block = static_cast<unsigned>(block);
+    spec->smem = static_cast<unsigned>(smem);
+    spec->cooperative = cooperative != 0;
+    spec->zeroed = zeroed;
+    spec->words.assign(words, words + count);
     auto& per_device = registry[id];
     if (static_cast<int32_t>(per_device.size()) <= ordinal) per_device.resize(ordinal + 1);
-    Spec& spec = per_device[ordinal];
-    spec.function = function;
-    spec.grid = static_cast<unsigned>(grid);
-    spec.block = static_cast<unsigned>(block);
-    spec.smem = static_cast<unsigned>(smem);
-    spec.cooperative = cooperative != 0;
-    spec.zeroed = zeroed;
-    spec.words.assign(words, words + count);
+    per_device[ordinal] = std::move(spec);
     return 0;
 }
 
