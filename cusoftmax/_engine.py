@@ -62,10 +62,12 @@ def _fast_op(op: str, scale) -> str | tuple[str, str]:
     return op if scale is None else (op, "Scaled")
 
 
-def reduced(c: "Call", op: str, scale=None):
+def reduced(c: "Call", op: str, scale=None, remember=None):
     """`op` (one of ``planning.REDUCTIONS``) of each slice of a prepared GPU call, by the reduce
     kernels: a new CuPy array of the kept axes' shape, in the call's dtype (``slice_state``:
-    float64, with a last axis of 3 for each slice's (m, c, s)); ``scale``: as ``fused``."""
+    float64, with a last axis of 3 for each slice's (m, c, s)); ``scale``: as ``fused``.
+    ``remember``: (the caller's x, axis, the key's op, the result's shape) to enter the fast
+    path's table (``reduce_fast``) where the launch took x as it is."""
     import cupy
 
     x = c.array
@@ -84,6 +86,9 @@ def reduced(c: "Call", op: str, scale=None):
             run, order = _reducer(x, last, op, load)
         y = cupy.empty(math.prod(x.shape[d] for d in order) * math.prod(tail), dtype=dtype)
         run(x, y, load=word)
+        if remember is not None and remember[0] is x and order == sorted(order) and not tail:
+            keep_run(x, remember[1], _reduce_again(run, y.size, dtype, remember[3]),
+                     _fast_op(remember[2], scale))
         # y holds the slices in the layout's order of the kept axes (by x's strides).
         y = y.reshape([x.shape[d] for d in order] + list(tail))
         natural = sorted(order)
@@ -319,6 +324,33 @@ def fast_call(x, axis, op, scale=None):
     else:
         run(x, y, load=_kernels.load_word("Scaled", scale))
     return y
+
+
+def _reduce_again(run, size, dtype, shape):
+    """A reduction's fast-path run: ``again(x, word)`` returns a new result of `shape`."""
+    import cupy
+
+    new = cupy.ndarray
+
+    def again(x, word=None):
+        y = new(size, dtype)
+        run(x, y, load=word)
+        return y.reshape(shape)
+
+    return again
+
+
+def reduce_fast(x, axis, op, scale=None):
+    """A reduction `op` (its key, as ``reduced``'s `remember` gave it) of a CuPy array by a call
+    remembered from an earlier one like it, or None (the caller passes no other argument)."""
+    if scale is not None:
+        scale = fused_scale(scale, x.dtype)
+        if scale is None:
+            return None
+    run = remembered(x, axis, _fast_op(op, scale))
+    if run is None:
+        return None
+    return run(x) if scale is None else run(x, _kernels.load_word("Scaled", scale))
 
 
 # NumPy calls seen before, by (op, shape, dtype, axis, the axis's type) -> (the reduced axes,

@@ -296,6 +296,12 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
     ...                           return_sign=True)[1])
     -1.0
     """
+    fast = (b is None and where is None and out is None and return_sign is False
+            and (keepdims is True or keepdims is False))
+    if fast and type(a) is _engine.fast_type:
+        r = _engine.reduce_fast(a, axis, ("logsumexp", keepdims), scale)
+        if r is not None:
+            return r
     c = _args.prepare(a, axis, None, None, "logsumexp", empty_ok=True, where=where, scale=scale,
                       b=b)
     shape = c.sliced
@@ -309,7 +315,8 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, *, where=
             r = xp.full(shape, -np.inf, c.dtype)
             res = (r, xp.zeros(shape, c.dtype)) if return_sign else (r,)
         elif c.src.on_gpu and w is None and (s is None or fs is not None) and wb is None:
-            r = _engine.reduced(c, "logsumexp", fs)  # the reduce kernels
+            remember = (a, axis, ("logsumexp", keepdims), shape) if fast else None
+            r = _engine.reduced(c, "logsumexp", fs, remember)  # the reduce kernels
             res = (r, _sign_of(xp, r)) if return_sign else (r,)
         elif xp is np and w is None and s is None and wb is None:  # in cache-sized pieces
             res = _host.log_sum(c.array.astype(c.dtype, copy=False), c.axes, return_sign, c.dtype)

@@ -742,6 +742,30 @@ def test_fast_path_keeps_the_operations_apart():
     assert_log_softmax(again[0], x, -1)
 
 
+@pytest.mark.parametrize("axis", [-1, 0, (0, 2), None])
+def test_logsumexp_fast_path_gives_the_first_calls_result(axis):
+    """Repeated logsumexp calls (the fast path after the first) keep keepdims and each call's
+    scale apart, and give the general path's bits and shape."""
+    from cusoftmax import _engine
+
+    a = make_values(np.random.default_rng(11), (6, 40, 33), np.dtype(np.float32))
+    x = cupy.asarray(a)
+    for keepdims in (False, True, False):
+        for scale in (None, 0.5, 2.0):
+            got = cusoftmax.logsumexp(x, axis=axis, keepdims=keepdims, scale=scale)
+            key = _engine._fast_op(("logsumexp", keepdims), None if scale is None else scale)
+            assert _engine._fast_key(x, axis, key) in _engine._fast
+            want = cusoftmax.logsumexp(cupy.asarray(a) if scale is None else
+                                       cupy.asarray(a * np.float32(scale)), axis=axis,
+                                       keepdims=keepdims)
+            assert got.shape == want.shape == np.asarray(scipy.special.logsumexp(
+                a, axis=axis, keepdims=keepdims)).shape
+            assert_same_bits(got, want)
+    r, sgn = cusoftmax.logsumexp(x, axis=axis, return_sign=True)  # not the fast path's
+    assert_same_bits(r, cusoftmax.logsumexp(x, axis=axis))
+    assert_logsumexp(r, x, axis)
+
+
 # ---- the backward passes: the vjp family (kernels/vjp.cu).
 def assert_vjp(dx, y, dy, axis, log):
     ref, size = vjp_reference(np, to_host(y), to_host(dy), normalize_axes(axis, y.ndim), log)
