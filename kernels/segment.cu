@@ -231,7 +231,7 @@ __device__ inline void load_rows(const T* x, long long row0, long long n, long l
         for (int c = 0; c < COLS; ++c) v[r][c] = scale == 1.0 ? flat[r * COLS + c] : mul_rn(flat[r * COLS + c], f);
 }
 
-// segment_tiles: x (n rows of cols <= COLS elements, 16-byte aligned) and, for a backward pass, g
+// segment_tiles: x and y (n rows of cols <= COLS elements, 16-byte aligned) and, for a backward pass, g
 // (dy, as x), seg (ids or offsets of I), y (x's shape; logsumexp: nseg rows of cols, filled with
 // -inf beforehand), work (SegmentWork of the tiles). One block a tile.
 template <class Op, typename T, typename I, int COLS, int ROWS>
@@ -411,7 +411,15 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
         reinterpret_cast<unsigned*>(ws.meta + 4 * tile + 3)[1] = unsigned(t * ROWS + (single ? 0 : tail));
     }
 
-    // The writes of every segment closed in the tile.
+    // The writes of every segment closed in the tile. The per-element outputs go through shared
+    // memory: a thread's rows are contiguous, so its own stores would leave each warp store
+    // instruction 32 sectors apart (a partial-sector write an element in L2); read back across
+    // the warp they leave as whole 16-byte pieces.
+    using B = typename Traits<T>::B;
+    constexpr int WARP_ROWS = 32 * ROWS;
+    __shared__ __align__(16) B s_out[LSE ? 1 : SEGMENT_THREADS * ROWS * COLS];
+    __shared__ bool s_keep[LSE ? 1 : SEGMENT_THREADS * ROWS];
+    B outs[ROWS * COLS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         const long long k = key[r];
@@ -425,14 +433,55 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
 #pragma unroll
                 for (int c = 0; c < COLS; ++c)
                     if (c < cols) bits(y)[k * cols + c] = Traits<T>::out(segment_lse(s.m[c], s.d[c]));
-        } else if (!open && row0 + r < n) {
+        } else {
+            s_keep[t * ROWS + r] = !open && row0 + r < n;
 #pragma unroll
-            for (int c = 0; c < COLS; ++c)
-                if (c < cols) {
-                    const C out = in_segment(k, nseg) ? Op::out(s, c, v[r][c], gv[r][c])
-                                                      : Op::template excluded<C>();
-                    bits(y)[(row0 + r) * cols + c] = Traits<T>::out(out);
-                }
+            for (int c = 0; c < COLS; ++c) {
+                const C out = in_segment(k, nseg) ? Op::out(s, c, v[r][c], gv[r][c])
+                                                  : Op::template excluded<C>();
+                outs[r * COLS + c] = Traits<T>::out(out);
+            }
+        }
+    }
+    if constexpr (!LSE) {
+        // this thread's rows at (t * ROWS) * cols in the block's rows of cols elements
+        B* mine = s_out + (long long)t * ROWS * cols;
+        constexpr int PACK = 16 / int(sizeof(T));
+        if (cols == COLS && (ROWS * COLS) % PACK == 0) {
+#pragma unroll
+            for (int i = 0; i < ROWS * COLS / PACK; ++i) {
+                Pack<T, PACK> w;
+#pragma unroll
+                for (int j = 0; j < PACK; ++j) w.v[j] = outs[i * PACK + j];
+                store_pack<T, PACK>(reinterpret_cast<T*>(mine) + i * PACK, w);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                for (int c = 0; c < COLS; ++c)
+                    if (c < cols) mine[r * cols + c] = outs[r * COLS + c];
+        }
+        __syncwarp();
+        // The warp's rows (WARP_ROWS * cols elements, a multiple of 16 bytes from a 16-byte
+        // boundary of y) in 16-byte pieces; a piece with a row to keep out goes element by element.
+        const int base = warp * WARP_ROWS * int(cols);
+        const int packs = WARP_ROWS * int(cols) / PACK;
+        const bool* keep = s_keep + warp * WARP_ROWS;
+        B* dst = bits(y) + (first_row + (long long)warp * WARP_ROWS) * cols;
+        for (int p = lane; p < packs; p += 32) {
+            const int e = p * PACK;
+            bool all = true;
+#pragma unroll
+            for (int j = 0; j < PACK; ++j) all &= keep[COLS == 1 ? e + j : (e + j) / int(cols)];
+            if (all) {
+                store_pack_global<T, PACK>(reinterpret_cast<T*>(dst + e),
+                                           load_pack<T, PACK>(reinterpret_cast<const T*>(s_out + base + e)));
+            } else {
+#pragma unroll
+                for (int j = 0; j < PACK; ++j)
+                    if (keep[COLS == 1 ? e + j : (e + j) / int(cols)]) dst[e + j] = s_out[base + e + j];
+            }
         }
     }
 }
