@@ -479,10 +479,13 @@ class DeviceSegments(NamedTuple):
     order: Any = None
 
 
-def device_segments(segment_ids, offsets, num_segments, n: int, indices_are_sorted,
-                    op: str) -> DeviceSegments:
-    """``segmented``'s rules on the device. Unsorted ids are put in order by CuPy's stable
-    argsort of ``clip(id, -1, count)`` (32-bit where it fits: half the radix passes of 64)."""
+def device_segments(segment_ids, offsets, num_segments, n: int, op: str,
+                    unsorted=False) -> DeviceSegments:
+    """``segmented``'s rules on the device, but for the ids' order: the kernels find ids that
+    are out of order as they read them, so ids are first taken as sorted (the number of
+    segments, where not given, ``ids[-1] + 1``). `unsorted`: the kernels found them so; they
+    are put in order by CuPy's stable argsort of ``clip(id, -1, count)`` (32-bit where it fits:
+    half the radix passes of 64)."""
     count = count_rule(num_segments, op)
     segments_given(segment_ids, offsets, op)
     if offsets is not None:
@@ -491,9 +494,14 @@ def device_segments(segment_ids, offsets, num_segments, n: int, indices_are_sort
         return DeviceSegments(off, off.size - 1, True)
     cp = _arrays.cupy_or_none()
     ids = _index_array(segment_ids, "segment_ids", op, device=True)
-    is_sorted, count = ids_rule(ids, n, count, indices_are_sorted, op, cp)
-    if is_sorted:
+    if ids.size != n:
+        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
+    if not unsorted:
+        if count is None:
+            count = _count_bound(max(int(ids[-1]) + 1, 0), op) if n else 0
         return DeviceSegments(ids, count, False)
+    if count is None:
+        count = _count_bound(max(int(ids.max()) + 1, 0), op)
     key = cp.clip(ids, -1, count).astype(np.int32 if count < 2**31 - 1 else np.int64)
     order = cp.argsort(key)  # stable: ties keep their order
     return DeviceSegments(key[order], count, False, order)

@@ -48,7 +48,9 @@ def segment_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axi
         The axis the segments lie along. Default 0.
     indices_are_sorted : bool, optional
         A promise that `segment_ids` are sorted (checked: a ValueError if they are not). The
-        order is checked either way and sorted ids are never sorted again.
+        order is checked either way and sorted ids are never sorted again: on the GPU the
+        segment kernels check it as they read the ids, so sorted ids cost no pass of their own
+        and unsorted ones cost that first pass, a stable sort and the kernels again.
     where : bool array_like, optional
         Broadcastable to `x`; False positions are left out of their segment and give 0. A
         segment with no True position gives all zeros.
@@ -80,9 +82,12 @@ def segment_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axi
     Notes
     -----
     A segment holding NaN or +inf is all NaN, one of all -inf all NaN, as softmax's slices
-    (SciPy). Results are deterministic. The host computes the segments' maxima and sums by
-    NumPy's ``reduceat`` (sums in float64 for float32 and narrower types). A GPU `x` is copied
-    to the host and its result back: the segment kernels are not built yet.
+    (SciPy). Results are deterministic. A GPU `x` with at most 8 elements a position along
+    `axis` (the other axes' sizes multiplied), without `where`, with a scalar `scale` and not
+    float64 log_softmax or logsumexp, is computed by the segment kernels: x and the ids read once, the result written once, and the
+    rows of segments that cross a tile of the kernels read again. Anything else is computed by
+    the host: the segments' maxima and sums by NumPy's ``reduceat`` or ``ufunc.at`` (sums in
+    float64 for float32 and narrower types), a GPU array copied there and back.
 
     Examples
     --------
@@ -390,32 +395,48 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
             or not math.isfinite(1.0 if scale is None else float(scale))):
         return None
     xp, tuning = c.xp, planning.active()
-    with c.device:
-        seg = _args.device_segments(segment_ids, offsets, num_segments, n, indices_are_sorted,
-                                    c.op)
+    lse = c.op == "segment_logsumexp"
+    word = _kernels.load_word("Scaled", 1.0 if scale is None else scale)
+    device = c.array.device.id
+
+    def launch(seg):  # (the plan, y in segment order) or None where no plan takes the call
         if not seg.array.flags.c_contiguous or seg.array.data.ptr % 16:
             seg = seg._replace(array=seg.array.copy())  # read as contiguous 16-byte loads
         p = plans.plan(c.op, n, cols, seg.count, c.dtype.itemsize, seg.array.dtype, seg.offsets,
                        True, tuning)
         if p is None:
             return None
-        moved = (n,) + shape[:ax] + shape[ax + 1:]
-        lse = c.op == "segment_logsumexp"
-        res = _args.check_out(out, c.src, shape[:ax] + (seg.count,) + shape[ax + 1:] if lse
-                              else shape, c.dtype)
         xm = _rows(xp, c.array, c.dtype, ax, seg.order, n, cols)
         gm = xm if c.dy is None else _rows(xp, c.dy, c.dtype, ax, seg.order, n, cols)
         y = (xp.full((seg.count, cols), -np.inf, c.dtype) if lse
              else xp.empty((n, cols), c.dtype))
         work = xp.empty(p.workspace, np.uint8)
-        word = _kernels.load_word("Scaled", 1.0 if scale is None else scale)
-        device = c.array.device.id
         _kernels.bind(p.tiles, None, c.dtype.name, device, tuning)(xm, gm, seg.array, y, work,
-                                                                     load=word)
+                                                                     unsorted, load=word)
         _kernels.bind(p.fold, None, c.dtype.name, device, tuning)(y, work)
         if p.fixup is not None:
             _kernels.bind(p.fixup, None, c.dtype.name, device, tuning)(xm, gm, work, y,
                                                                       load=word)
+        return y
+
+    with c.device:
+        seg = _args.device_segments(segment_ids, offsets, num_segments, n, c.op)
+        unsorted = xp.zeros(1, np.int32)
+        y = launch(seg)
+        if y is None:
+            return None
+        if not seg.offsets and int(unsorted[0]):  # ids out of order: sorted, then again
+            if indices_are_sorted:
+                raise ValueError(f"{c.op}: indices_are_sorted=True but segment_ids are not "
+                                 f"sorted")
+            seg = _args.device_segments(segment_ids, offsets, num_segments, n, c.op,
+                                        unsorted=True)
+            y = launch(seg)
+            if y is None:
+                return None
+        moved = (n,) + shape[:ax] + shape[ax + 1:]
+        res = _args.check_out(out, c.src, shape[:ax] + (seg.count,) + shape[ax + 1:] if lse
+                              else shape, c.dtype)
         if lse:
             y = xp.moveaxis(y.reshape((seg.count,) + moved[1:]), 0, ax)
         else:

@@ -233,11 +233,12 @@ __device__ inline void load_rows(const T* x, long long row0, long long n, long l
 
 // segment_tiles: x and y (n rows of cols <= COLS elements, 16-byte aligned) and, for a backward pass, g
 // (dy, as x), seg (ids or offsets of I), y (x's shape; logsumexp: nseg rows of cols, filled with
-// -inf beforehand), work (SegmentWork of the tiles). One block a tile.
+// -inf beforehand), work (SegmentWork of the tiles), unsorted (zeroed beforehand; set to 1 where
+// ids go down: the results are then not to be used). One block a tile.
 template <class Op, typename T, typename I, int COLS, int ROWS>
 __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
-    segment_tiles(const T* x, const T* g, const I* seg, T* y, unsigned char* work, long long n,
-                  long long cols, long long nseg, long long offsets, const Scaled ld) {
+    segment_tiles(const T* x, const T* g, const I* seg, T* y, unsigned char* work, int* unsorted,
+                  long long n, long long cols, long long nseg, long long offsets, const Scaled ld) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
@@ -312,6 +313,12 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     const long long k_head = s_first[0], k_tail = s_last[SEGMENT_THREADS - 1];
     const bool head_open = in_segment(k_head, nseg) && s_edge[0] == k_head;
     const bool tail_open = in_segment(k_tail, nseg) && s_edge[1] == k_tail;
+    if (!offsets) {  // ids out of order (rows past the end hold PAD_KEY): the call sorts them
+        bool down = key[0] < (t > 0 ? s_last[t - 1] : tile > 0 ? s_edge[0] : key[0]);
+#pragma unroll
+        for (int r = 1; r < ROWS; ++r) down |= key[r] < key[r - 1];
+        if (down) *unsorted = 1;
+    }
 
     // Forward: p = the state of the thread's last segment from its start in the tile through
     // this thread (a segmented inclusive scan; a thread starts a segment where flag).

@@ -436,6 +436,33 @@ def test_kernels_special_values_and_other_axes(monkeypatch):
 
 
 @requires_gpu
+@pytest.mark.parametrize("at", [3, 8, 2048, -1])
+def test_kernels_find_ids_out_of_order(at, monkeypatch):
+    """Sorted ids but for one descent (inside a thread's rows, between two threads, across the
+    edge of a tile of 256 threads of 8 float32 rows, at the last id: then not the largest), and
+    no num_segments: the kernels find it, the call sorts the ids and runs them again; with
+    indices_are_sorted=True it is a ValueError."""
+    import cupy
+
+    rng = np.random.default_rng(at % 97)
+    ids = np.repeat(np.arange(900), 5)
+    ids[at] = ids[at - 1] - 3 if at != -1 else 2
+    x = rng.normal(size=ids.size).astype(np.float32)
+    xc, ic = cupy.asarray(x), cupy.asarray(ids)
+    monkeypatch.setattr(_segment, "_prepared", None)  # the host path would fail
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        y = getattr(cusoftmax, f"segment_{op}")(xc, ic)
+        ref = ref_segments(op, x.astype(np.float64), members(ids))
+        check(y, ref, np.float32, TOLERANCE if op == "softmax" else LOG_TOLERANCE)
+        with pytest.raises(ValueError, match="not sorted"):
+            getattr(cusoftmax, f"segment_{op}")(xc, ic, indices_are_sorted=True)
+    sorted_ids = cupy.asarray(np.sort(ids))
+    check(cusoftmax.segment_softmax(xc, sorted_ids, indices_are_sorted=True),
+          ref_segments("softmax", x.astype(np.float64), members(np.sort(ids))), np.float32,
+          TOLERANCE)
+
+
+@requires_gpu
 def test_kernels_take_strided_and_broadcast_ids():
     """Ids and offsets that are views (a column, reversed, broadcast) give the contiguous
     arrays' result: the kernels read a contiguous copy."""

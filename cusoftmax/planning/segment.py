@@ -51,12 +51,12 @@ def width(cols: int) -> int | None:
 
 @dataclass(frozen=True)
 class SegmentPlan(Plan):
-    """segment_tiles: x, g (dy; x again for a forward op) and the ids or offsets in, y and the
-    workspace out."""
+    """segment_tiles: x, g (dy; x again for a forward op) and the ids or offsets in, y, the
+    workspace and the unsorted flag (one int32, zeroed) out."""
 
     method = "segment_tiles"
     inputs = 3
-    outputs = 2
+    outputs = 3
     id_type: str  # the C type of the ids or offsets
     width: int  # COLS
     rows: int  # ROWS
