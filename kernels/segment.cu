@@ -493,18 +493,33 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     }
 }
 
+// Every element of y NaN: the ids were out of order where the call had promised them sorted
+// (block `part` of `parts` writes its share).
+template <typename T> __device__ inline void segment_poison(T* y, long long size, long long part, long long parts) {
+    for (long long i = part * SEGMENT_THREADS + threadIdx.x; i < size; i += parts * SEGMENT_THREADS)
+        bits(y)[i] = Traits<T>::out(neg_inf<compute_t<T>>() * compute_t<T>(0));  // -inf * 0: NaN
+}
+
 // segment_fold: block `a` folds the open segment that starts in tile a (its tail part, then the
 // head parts of the tiles after it that the segment covers, SEGMENT_THREADS tiles a round in a
-// fixed tree), and writes the total to every tile it covers (logsumexp: to y).
+// fixed tree), and writes the total to every tile it covers (logsumexp: to y, all NaN where
+// segment_tiles set `unsorted`).
 template <class Op, typename T, int COLS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_fold(T* y, unsigned char* work, long long tiles, long long cols, const Plain) {
+    segment_fold(const int* unsorted, T* y, unsigned char* work, long long tiles, long long cols,
+                 long long nseg, const Plain) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr int WARPS = SEGMENT_THREADS / 32;
     __shared__ St s_part[WARPS];
     const SegmentWork ws = segment_work(work, tiles);
     const long long a = blockIdx.x;
+    if constexpr (Op::LSE) {
+        if (*unsorted) {
+            segment_poison(y, nseg * cols, a, tiles);
+            return;
+        }
+    }
     const long long* meta = ws.meta + 4 * a;
     const long long g = meta[1];
     if (!(meta[2] & 2) || ((meta[2] & 1) && meta[0] == g)) return;  // no open segment starts here
@@ -538,15 +553,20 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
     }
 }
 
-// segment_fixup: the rows of each tile's open segments, from their totals.
+// segment_fixup: the rows of each tile's open segments, from their totals; every row NaN where
+// segment_tiles set `unsorted`.
 template <class Op, typename T, int COLS, int ROWS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_fixup(const T* x, const T* g, const unsigned char* work, T* y, long long n, long long cols,
-                  const Scaled ld) {
+    segment_fixup(const T* x, const T* g, const unsigned char* work, const int* unsorted, T* y,
+                  long long n, long long cols, const Scaled ld) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
     const long long tile = blockIdx.x, tiles = gridDim.x, first_row = tile * TILE;
+    if (*unsorted) {
+        segment_poison(y, n * cols, tile, tiles);
+        return;
+    }
     const SegmentWork ws = segment_work(const_cast<unsigned char*>(work), tiles);
     const long long* meta = ws.meta + 4 * tile;
     const long long open = meta[2];

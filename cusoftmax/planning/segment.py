@@ -75,28 +75,29 @@ class SegmentPlan(Plan):
 
 @dataclass(frozen=True)
 class FoldPlan(Plan):
-    """segment_fold: y (logsumexp's) and the workspace."""
+    """segment_fold: the unsorted flag in, y (logsumexp's) and the workspace out."""
 
     method = "segment_fold"
-    inputs = 0
+    inputs = 1
     outputs = 2
     width: int
     cols: int
+    count: int
 
     @property
     def template(self):
         return (self.width,)
 
     def args(self, layout):
-        return (self.grid, self.cols)
+        return (self.grid, self.cols, self.count)
 
 
 @dataclass(frozen=True)
 class FixupPlan(Plan):
-    """segment_fixup: x, g and the workspace in, y out."""
+    """segment_fixup: x, g, the workspace and the unsorted flag in, y out."""
 
     method = "segment_fixup"
-    inputs = 3
+    inputs = 4
     width: int
     rows: int
     n: int
@@ -140,7 +141,7 @@ def plan(op: str, n: int, cols: int, count: int, itemsize: int, id_dtype, offset
     return Segmented(
         SegmentPlan(1, tiles, threads, 0, ops=ops, id_type=id_type, width=w, rows=rows, n=n,
                     cols=cols, count=count, offsets=offsets),
-        FoldPlan(1, tiles, threads, 0, ops=ops, width=w, cols=cols),
+        FoldPlan(1, tiles, threads, 0, ops=ops, width=w, cols=cols, count=count),
         None if op == "segment_logsumexp" else
         FixupPlan(1, tiles, threads, 0, ops=ops, width=w, rows=rows, n=n, cols=cols),
         workspace)
