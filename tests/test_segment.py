@@ -463,6 +463,28 @@ def test_kernels_find_ids_out_of_order(at, monkeypatch):
 
 
 @requires_gpu
+def test_kernels_offsets_past_runs_of_empty_segments(monkeypatch):
+    """CSR offsets with runs of empty segments (3 to 50,000 of them) inside a tile and across
+    tile edges, rows before the first offset and after the last: each row's segment found past
+    the empty ones."""
+    import cupy
+
+    monkeypatch.setattr(_segment, "_prepared", None)  # the host path would fail
+    rng = np.random.default_rng(12)
+    lens = np.concatenate([[3], np.zeros(5000, int), [7], np.zeros(3, int), [2000],
+                           np.zeros(50_000, int), [1, 0, 0, 0, 0, 0, 2], rng.integers(0, 3, 3000),
+                           np.zeros(20_000, int), [5000]])
+    offsets = np.concatenate([[4], 4 + np.cumsum(lens)])
+    n = offsets[-1] + 6
+    x = rng.normal(scale=3.0, size=n).astype(np.float32)
+    groups = members(offsets=offsets)
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        y = getattr(cusoftmax, f"segment_{op}")(cupy.asarray(x), offsets=cupy.asarray(offsets))
+        ref = ref_segments(op, x.astype(np.float64), groups)
+        check(y, ref, np.float32, TOLERANCE if op == "softmax" else LOG_TOLERANCE)
+
+
+@requires_gpu
 def test_kernels_take_strided_and_broadcast_ids():
     """Ids and offsets that are views (a column, reversed, broadcast) give the contiguous
     arrays' result: the kernels read a contiguous copy."""
