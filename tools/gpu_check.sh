@@ -181,7 +181,7 @@ for what in ${@:-tests sanitize bench}; do
         step segment-tests segments.log "${pytest[@]}" -n 16 tests/test_segment.py
         for tool in memcheck racecheck; do
             step "segment-$tool" segments.log "${sanitize[@]}" $tool "${pytest[@]}" tests/test_segment.py \
-                -k "kernels and float32 and not offsets"
+                -k "(kernels and float32) or find_ids or offsets_past"
         done
         step segment-bench segments.log python3 -m cusoftmax.bench --segments --repeat 10 --out "$OUT" ;;
     fronts)

@@ -57,6 +57,7 @@ import numpy as np
 from .common import (Timer, _dtype, _gpu_jax, _gpu_torch, _progress, _versions, format_table,
                      host_rounds)
 from .report import write_table
+from .segment import SEGMENT_OPS, SEGMENT_VJPS
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
@@ -89,8 +90,9 @@ def _parse(argv):
                    help="elements per tensor, e.g. 2**26 (default: 2**26; with --host: 2**22)")
     p.add_argument("--repeat", type=int, default=None,
                    help="timed calls per case (default: 30; with --host: 7)")
-    p.add_argument("--op", default="softmax", choices=BENCH_OPS,
-                   help="the operation timed (default: %(default)s)")
+    p.add_argument("--op", default="softmax", choices=BENCH_OPS + SEGMENT_OPS + SEGMENT_VJPS,
+                   help="the operation timed (default: %(default)s; the segment functions with "
+                        "--segments, which else times them all)")
     p.add_argument("--scale", type=float, default=None,
                    help="time scale=SCALE against the same call without it (softmax, log_softmax, "
                         "logsumexp)")
@@ -326,6 +328,8 @@ def _host_overhead(cupy, peers, rounds=7, calls=2000, op="softmax", scale=None):
 
 def main(argv=None):
     args = _parse(argv)
+    if args.op.startswith("segment_") and not args.segments:
+        raise SystemExit(f"--op {args.op} is timed by --segments")
     if args.report:
         from .report import main as report_main
 
