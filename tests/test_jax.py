@@ -352,7 +352,7 @@ def kernel_route(monkeypatch):
         cached.cache_clear()
 
 
-def test_kernel_route_plumbing(kernel_route):
+def test_kernel_route_plumbing(kernel_route, monkeypatch):
     """jit, vmap (the batched shape planned again, its axes moved), grad (the VJP op's route),
     second derivatives (the reference's), logsumexp with keepdims, and a declined call (the
     reference): the ops that have a kernel route reach it with static axes and scale, and give
@@ -372,11 +372,17 @@ def test_kernel_route_plumbing(kernel_route):
     def loss(v):
         return -jnp.sum(t * cusoftmax.log_softmax(v))
 
-    got = jax.jit(jax.grad(loss))(x)
+    from cusoftmax import _jax
+
     want = jax.grad(lambda v: -jnp.sum(t * jax.nn.log_softmax(v)))(x64)
-    check(np.asarray(got), np.asarray(want), np.float32, VJP_TOLERANCE,
-          of=np.full(want.shape, np.abs(want).max()))
-    assert [c[0] for c in calls] == ["log_softmax", "log_softmax_vjp"]
+    for kernel_backward in (True, False):  # the backward by the VJP kernel, or XLA's formula
+        monkeypatch.setattr(_jax, "KERNEL_BACKWARD", kernel_backward)
+        _jax._with_vjp.cache_clear()
+        calls.clear()
+        got = jax.jit(jax.grad(loss))(x)
+        check(np.asarray(got), np.asarray(want), np.float32, VJP_TOLERANCE,
+              of=np.full(want.shape, np.abs(want).max()))
+        assert [c[0] for c in calls] == ["log_softmax", "log_softmax_vjp"][:1 + kernel_backward]
     def second(softmax, v, w):  # reverse over reverse (custom_vjp has no forward mode)
         return jax.grad(lambda a: jnp.sum(jax.grad(lambda b: jnp.sum(w * softmax(b)))(a) ** 2))(v)
 
@@ -390,8 +396,6 @@ def test_kernel_route_plumbing(kernel_route):
     grad = jax.grad(lambda v: jnp.sum(cusoftmax.logsumexp(v, axis=1)))(x)
     check(np.asarray(grad), cusoftmax.softmax(x64), np.float32, TOLERANCE)
     declined.add("softmax_vjp")
-    from cusoftmax import _jax
-
     _jax._routed.cache_clear()  # softmax_vjp's route was traced (and kept) by the second derivative
     dy = np.ones_like(x)
     got = jax.jit(lambda y, g: cusoftmax.softmax_vjp(y, g))(x, dy)
