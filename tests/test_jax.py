@@ -377,7 +377,8 @@ def test_kernel_route_plumbing(kernel_route, monkeypatch):
     want = jax.grad(lambda v: -jnp.sum(t * jax.nn.log_softmax(v)))(x64)
     for kernel_backward in (True, False):  # the backward by the VJP kernel, or XLA's formula
         monkeypatch.setattr(_jax, "KERNEL_BACKWARD", kernel_backward)
-        _jax._with_vjp.cache_clear()
+        _jax._with_vjp.cache_clear()  # new functions, traced again (JAX keeps their traces)
+        _jax._routed.cache_clear()
         calls.clear()
         got = jax.jit(jax.grad(loss))(x)
         check(np.asarray(got), np.asarray(want), np.float32, VJP_TOLERANCE,
