@@ -430,6 +430,7 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
         if not seg.offsets and not indices_are_sorted and int(unsorted[0]):
             seg = _args.device_segments(segment_ids, offsets, num_segments, n, c.op,
                                         unsorted=True)  # sorted, then the kernels again
+            unsorted.fill(0)  # (else the fold and fixup would take the sorted ids' results as void)
             y = launch(seg)
             if y is None:
                 return None

@@ -14,6 +14,7 @@
 namespace csm {
 
 constexpr int SEGMENT_THREADS = CSM_SEGMENT_THREADS;  // threads a block of every launch here
+static_assert(SEGMENT_THREADS % 32 == 0 && SEGMENT_THREADS >= 128, "segment_tiles: four warps search offsets");
 constexpr long long PAD_KEY = 0x7fffffffffffffffLL;    // rows past the end: no segment
 
 
