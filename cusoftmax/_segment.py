@@ -47,11 +47,10 @@ def segment_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axi
     axis : int, optional
         The axis the segments lie along. Default 0.
     indices_are_sorted : bool, optional
-        A promise that `segment_ids` are sorted. Sorted ids are never sorted again. On the host
-        the order is checked (a ValueError if the promise is broken). On the GPU the segment
-        kernels check it as they read the ids: without the promise the call waits for their
-        answer (unsorted ids then cost a stable sort and the kernels again); with it the call
-        does not wait, and ids out of order make every result NaN.
+        A promise that `segment_ids` are sorted (checked: a ValueError if they are not). The
+        order is checked either way and sorted ids are never sorted again: on the GPU the
+        segment kernels check it as they read the ids, so sorted ids cost no pass of their own
+        and unsorted ones cost that first pass, a stable sort and the kernels again.
     where : bool array_like, optional
         Broadcastable to `x`; False positions are left out of their segment and give 0. A
         segment with no True position gives all zeros.
@@ -414,10 +413,10 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
         work = xp.empty(p.workspace, np.uint8)
         _kernels.bind(p.tiles, None, c.dtype.name, device, tuning)(xm, gm, seg.array, y, work,
                                                                      unsorted, load=word)
-        _kernels.bind(p.fold, None, c.dtype.name, device, tuning)(unsorted, y, work)
+        _kernels.bind(p.fold, None, c.dtype.name, device, tuning)(y, work)
         if p.fixup is not None:
-            _kernels.bind(p.fixup, None, c.dtype.name, device, tuning)(xm, gm, work, unsorted,
-                                                                      y, load=word)
+            _kernels.bind(p.fixup, None, c.dtype.name, device, tuning)(xm, gm, work, y,
+                                                                      load=word)
         return y
 
     with c.device:
@@ -426,11 +425,12 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
         y = launch(seg)
         if y is None:
             return None
-        # Promised sorted ids are not waited for: out of order, the kernels make y all NaN.
-        if not seg.offsets and not indices_are_sorted and int(unsorted[0]):
+        if not seg.offsets and int(unsorted[0]):  # ids out of order: sorted, then again
+            if indices_are_sorted:
+                raise ValueError(f"{c.op}: indices_are_sorted=True but segment_ids are not "
+                                 f"sorted")
             seg = _args.device_segments(segment_ids, offsets, num_segments, n, c.op,
-                                        unsorted=True)  # sorted, then the kernels again
-            unsorted.fill(0)  # (else the fold and fixup would take the sorted ids' results as void)
+                                        unsorted=True)
             y = launch(seg)
             if y is None:
                 return None

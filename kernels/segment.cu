@@ -14,7 +14,6 @@
 namespace csm {
 
 constexpr int SEGMENT_THREADS = CSM_SEGMENT_THREADS;  // threads a block of every launch here
-static_assert(SEGMENT_THREADS % 32 == 0 && SEGMENT_THREADS >= 128, "segment_tiles: four warps search offsets");
 constexpr long long PAD_KEY = 0x7fffffffffffffffLL;    // rows past the end: no segment
 
 
@@ -139,24 +138,18 @@ enum { PART_HEAD = 0, PART_TAIL = 1, TOTAL_HEAD = 2, TOTAL_TAIL = 3 };
 
 __device__ inline bool in_segment(long long key, long long nseg) { return key >= 0 && key < nseg; }
 
-// The key of row r by ids: ids[r]; PAD_KEY past the end. (By offsets, key(r) is the first i with
-// offsets[i] > r, less 1: -1 before the first segment, nseg from offsets[nseg] on.)
-template <typename I> __device__ inline long long id_at(const I* ids, long long n, long long r) {
-    return r >= n ? PAD_KEY : (long long)ids[r];
-}
-
-// The first i in [lo, hi) with seg[i] > r (hi if none), seg non-decreasing there, by a warp: 32
-// probes a round, so a range of a million takes four rounds. Every lane returns it.
-template <typename I> __device__ inline long long warp_upper_bound(const I* seg, long long lo, long long hi, long long r, int lane) {
-    while (lo < hi) {  // seg[i] <= r below lo, > r from hi on
-        const long long step = (hi - lo + 31) / 32;
-        const long long p = lo + lane * step;
-        const int c = __popc(__ballot_sync(0xffffffffu, p < hi && (long long)seg[p] <= r));
-        const long long top = min(hi, lo + c * step);  // the first probe above r, or hi
-        lo = c == 0 ? lo : lo + (c - 1) * step + 1;
-        hi = top;
+// The key of row r: ids[r], or upper_bound(offsets[0..nseg], r) - 1 (-1 before the first
+// segment, nseg from offsets[nseg] on); PAD_KEY past the end.
+template <typename I> __device__ inline long long key_at(const I* seg, int offsets, long long nseg, long long n, long long r) {
+    if (r >= n) return PAD_KEY;
+    if (!offsets) return (long long)seg[r];
+    long long lo = 0, hi = nseg + 1;
+    while (lo < hi) {
+        const long long mid = (lo + hi) >> 1;
+        if ((long long)seg[mid] <= r) lo = mid + 1;
+        else hi = mid;
     }
-    return lo;
+    return lo - 1;
 }
 
 // Sorted ids of rows [row0, row0 + ROWS) in 16-byte loads, where they are whole and the rows'
@@ -261,52 +254,22 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     const SegmentWork ws = segment_work(work, tiles);
 
     long long key[ROWS];
-    if (offsets) {
-        // The keys bounding the tile, a warp each: rows first_row - 1, first_row, the tile's
-        // last row, first_row + TILE. Each row's u (key + 1) lies between the second and third.
-        __shared__ long long s_u[4];
-        if (warp < 4) {
-            const long long r = warp == 0 ? first_row - 1 : warp == 1 ? first_row
-                              : warp == 2 ? min(first_row + TILE, n) - 1 : first_row + TILE;
-            const long long u = warp_upper_bound(seg, 0, nseg + 1, r, lane);
-            if (lane == 0) s_u[warp] = u;
-        }
-        __syncthreads();
-        if (t == 0) {  // the keys beside the tile: is its first (last) segment open?
-            s_edge[0] = tile > 0 ? s_u[0] - 1 : PAD_KEY;
-            s_edge[1] = first_row + TILE < n ? s_u[3] - 1 : PAD_KEY;
-        }
-        const long long hi = s_u[2];
-        long long u = s_u[1];
+    if (offsets || !load_ids<I, ROWS>(seg, row0, n, key)) {
+        key[0] = key_at(seg, int(offsets), nseg, n, row0);
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            const long long row = row0 + r;
-            if (row >= n) {
-                key[r] = PAD_KEY;
-                continue;
+        for (int r = 1; r < ROWS; ++r) {
+            if (!offsets || row0 + r >= n) {
+                key[r] = key_at(seg, int(offsets), nseg, n, row0 + r);
+            } else {  // the next segment holding row0 + r, past empty ones
+                long long k = key[r - 1];
+                while (k < nseg && (long long)seg[k + 1] <= row0 + r) ++k;
+                key[r] = k;
             }
-            // u(row) >= u(row - 1): a few steps past empty segments, else a binary search
-            for (int step = 0; step < 4 && u < hi && (long long)seg[u] <= row; ++step) ++u;
-            if (u < hi && (long long)seg[u] <= row) {
-                long long lo = u + 1, top = hi;
-                while (lo < top) {
-                    const long long mid = (lo + top) >> 1;
-                    if ((long long)seg[mid] <= row) lo = mid + 1;
-                    else top = mid;
-                }
-                u = lo;
-            }
-            key[r] = u - 1;
         }
-    } else {
-        if (!load_ids<I, ROWS>(seg, row0, n, key)) {
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) key[r] = id_at(seg, n, row0 + r);
-        }
-        if (t == 0) {  // the keys beside the tile: is its first (last) segment open?
-            s_edge[0] = tile > 0 ? id_at(seg, n, first_row - 1) : PAD_KEY;
-            s_edge[1] = id_at(seg, n, first_row + TILE);
-        }
+    }
+    if (t == 0) {  // the keys beside the tile: is its first (last) segment open?
+        s_edge[0] = tile > 0 ? key_at(seg, int(offsets), nseg, n, first_row - 1) : PAD_KEY;
+        s_edge[1] = key_at(seg, int(offsets), nseg, n, first_row + TILE);
     }
     s_first[t] = key[0];
     s_last[t] = key[ROWS - 1];
@@ -530,33 +493,18 @@ __global__ void __launch_bounds__(SEGMENT_THREADS, CSM_SEGMENT_BLOCKS)
     }
 }
 
-// Every element of y NaN: the ids were out of order where the call had promised them sorted
-// (block `part` of `parts` writes its share).
-template <typename T> __device__ inline void segment_poison(T* y, long long size, long long part, long long parts) {
-    for (long long i = part * SEGMENT_THREADS + threadIdx.x; i < size; i += parts * SEGMENT_THREADS)
-        bits(y)[i] = Traits<T>::out(neg_inf<compute_t<T>>() * compute_t<T>(0));  // -inf * 0: NaN
-}
-
 // segment_fold: block `a` folds the open segment that starts in tile a (its tail part, then the
 // head parts of the tiles after it that the segment covers, SEGMENT_THREADS tiles a round in a
-// fixed tree), and writes the total to every tile it covers (logsumexp: to y, all NaN where
-// segment_tiles set `unsorted`).
+// fixed tree), and writes the total to every tile it covers (logsumexp: to y).
 template <class Op, typename T, int COLS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_fold(const int* unsorted, T* y, unsigned char* work, long long tiles, long long cols,
-                 long long nseg, const Plain) {
+    segment_fold(T* y, unsigned char* work, long long tiles, long long cols, const Plain) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr int WARPS = SEGMENT_THREADS / 32;
     __shared__ St s_part[WARPS];
     const SegmentWork ws = segment_work(work, tiles);
     const long long a = blockIdx.x;
-    if constexpr (Op::LSE) {
-        if (*unsorted) {
-            segment_poison(y, nseg * cols, a, tiles);
-            return;
-        }
-    }
     const long long* meta = ws.meta + 4 * a;
     const long long g = meta[1];
     if (!(meta[2] & 2) || ((meta[2] & 1) && meta[0] == g)) return;  // no open segment starts here
@@ -590,20 +538,15 @@ __global__ void __launch_bounds__(SEGMENT_THREADS)
     }
 }
 
-// segment_fixup: the rows of each tile's open segments, from their totals; every row NaN where
-// segment_tiles set `unsorted`.
+// segment_fixup: the rows of each tile's open segments, from their totals.
 template <class Op, typename T, int COLS, int ROWS>
 __global__ void __launch_bounds__(SEGMENT_THREADS)
-    segment_fixup(const T* x, const T* g, const unsigned char* work, const int* unsorted, T* y,
-                  long long n, long long cols, const Scaled ld) {
+    segment_fixup(const T* x, const T* g, const unsigned char* work, T* y, long long n, long long cols,
+                  const Scaled ld) {
     using C = compute_t<T>;
     using St = typename Op::template State<C, COLS>;
     constexpr long long TILE = (long long)SEGMENT_THREADS * ROWS;
     const long long tile = blockIdx.x, tiles = gridDim.x, first_row = tile * TILE;
-    if (*unsorted) {
-        segment_poison(y, n * cols, tile, tiles);
-        return;
-    }
     const SegmentWork ws = segment_work(const_cast<unsigned char*>(work), tiles);
     const long long* meta = ws.meta + 4 * tile;
     const long long open = meta[2];

@@ -236,8 +236,7 @@ def gpu_main(args) -> int:
                         segs, id_bytes = {"offsets": cupy.asarray(offsets)}, 0
                     else:
                         ic = cupy.asarray(ids)
-                        segs, id_bytes = {"segment_ids": ic, "num_segments": count,
-                                          "indices_are_sorted": ids_name == "sorted"}, ic.nbytes
+                        segs, id_bytes = {"segment_ids": ic, "num_segments": count}, ic.nbytes
                     if vjp:  # y of the same segments; y and dy read, dx written
                         y = forward(x, **segs)
                         call = lambda: fn(y, dy, **segs)
@@ -288,9 +287,8 @@ def gpu_main(args) -> int:
               f"columns), median of {timer.repeat}; 'of copy': a device copy's time of the "
               f"bytes moved (x read, y written, the ids read; a VJP's y and dy read, dx "
               f"written) over ours; wall: back-to-back calls; PyG and JAX (jit; wall time) on "
-              f"the same ids, a VJP's peer the backward pass of its autograd; sorted: "
-              f"indices_are_sorted=True (the call does not wait for the kernels' check); "
-              f"shuffled: ours checks, then sorts. {_versions()}")
+              f"the same ids, a VJP's peer the backward pass of its autograd; shuffled: ours "
+              f"sorts. {_versions()}")
     print(f"\n{legend}\n{format_table(head, rows)}")
     write_table(Path(args.out), "segments-gpu",
                 {"kind": "segments", "op": "segment functions", "variant": "gpu",

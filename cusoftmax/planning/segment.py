@@ -75,29 +75,28 @@ class SegmentPlan(Plan):
 
 @dataclass(frozen=True)
 class FoldPlan(Plan):
-    """segment_fold: the unsorted flag in, y (logsumexp's) and the workspace out."""
+    """segment_fold: y (logsumexp's) and the workspace."""
 
     method = "segment_fold"
-    inputs = 1
+    inputs = 0
     outputs = 2
     width: int
     cols: int
-    count: int
 
     @property
     def template(self):
         return (self.width,)
 
     def args(self, layout):
-        return (self.grid, self.cols, self.count)
+        return (self.grid, self.cols)
 
 
 @dataclass(frozen=True)
 class FixupPlan(Plan):
-    """segment_fixup: x, g, the workspace and the unsorted flag in, y out."""
+    """segment_fixup: x, g and the workspace in, y out."""
 
     method = "segment_fixup"
-    inputs = 4
+    inputs = 3
     width: int
     rows: int
     n: int
@@ -141,7 +140,7 @@ def plan(op: str, n: int, cols: int, count: int, itemsize: int, id_dtype, offset
     return Segmented(
         SegmentPlan(1, tiles, threads, 0, ops=ops, id_type=id_type, width=w, rows=rows, n=n,
                     cols=cols, count=count, offsets=offsets),
-        FoldPlan(1, tiles, threads, 0, ops=ops, width=w, cols=cols, count=count),
+        FoldPlan(1, tiles, threads, 0, ops=ops, width=w, cols=cols),
         None if op == "segment_logsumexp" else
         FixupPlan(1, tiles, threads, 0, ops=ops, width=w, rows=rows, n=n, cols=cols),
         workspace)
