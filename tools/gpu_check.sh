@@ -31,10 +31,12 @@
 #   vjp           the vjp family: its GPU tests, memcheck and racecheck over the two-pass kernels'
 #                 tests, both backward passes' benchmark against torch and JAX
 #   segments      the segment kernels: tests/test_segment.py, memcheck and racecheck over their
-#                 float32 GPU tests, the bench (--segments: PyG and JAX as peers)
+#                 float32 GPU tests, each launch's kernel time (dev/probes/segment_probe.py), the
+#                 bench (--segments: PyG and JAX as peers)
 #   fronts        the JAX and torch fronts on the GPU: tests/test_jax.py (XLA and kernel routes),
-#                 tests/test_torch.py, the bench --torch-op and --jax-jit (the kernels' custom
-#                 call inside jax.jit: it needs a C++ compiler)
+#                 tests/test_torch.py, every op's host time (dev/probes/host_probe.py), the bench
+#                 --torch-op and --jax-jit (the kernels' custom call inside jax.jit: it needs a C++
+#                 compiler)
 #   loads         scale= and where= in the kernels: tests/test_scale.py and test_masked.py,
 #                 memcheck over them, the Scaled load's kernel times (dev/probes/scale_probe.py),
 #                 the bench with --where full, --where padding and --scale
@@ -183,10 +185,13 @@ for what in ${@:-tests sanitize bench}; do
             step "segment-$tool" segments.log "${sanitize[@]}" $tool "${pytest[@]}" tests/test_segment.py \
                 -k "(kernels and float32) or find_ids or offsets_past"
         done
+        step segment-probe segments.log env PYTHONPATH=. python3 dev/probes/segment_probe.py
+        step segment-probe-offsets segments.log env PYTHONPATH=. python3 dev/probes/segment_probe.py float32 --ids offsets
         step segment-bench segments.log python3 -m cusoftmax.bench --segments --repeat 10 --out "$OUT" ;;
     fronts)
         step jax-tests fronts.log "${pytest[@]}" -n 8 tests/test_jax.py
         step torch-tests fronts.log "${pytest[@]}" -n 8 tests/test_torch.py
+        step host-probe fronts.log env PYTHONPATH=. python3 dev/probes/host_probe.py
         step torch-op-bench fronts.log python3 -m cusoftmax.bench --torch-op --repeat 10 --out "$OUT"
         step jax-jit-bench fronts.log python3 -m cusoftmax.bench --jax-jit --dtypes float32,bfloat16 --out "$OUT" ;;
     loads)  # scale= and where= in the kernels: their tests, memcheck over them, their benches
