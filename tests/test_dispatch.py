@@ -2,9 +2,6 @@
 
 import dataclasses
 import math
-import re
-
-import numpy as np
 
 import pytest
 

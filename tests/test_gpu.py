@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 import cusoftmax
 from cusoftmax import planning
-from cusoftmax._layout import Layout
 from cusoftmax._accuracy import LOG_TOLERANCE, VJP_TOLERANCE, violations, vjp_reference
 from cusoftmax._layout import Layout, normalize_axes
 from cusoftmax.planning import TUNING, grid
@@ -112,8 +111,6 @@ def test_blocks_that_loop_over_lines(method, shape, axis, dtype):
     """A grid of fewer blocks than lines (the policy's plan cut to 48 blocks, whole clusters):
     each block or cluster walks many lines, so the cluster's exchange runs many rounds on each
     of its two barriers."""
-    import dataclasses
-
     if method != "block" and not limits().clusters:
         pytest.skip("needs thread-block clusters")
     from cusoftmax import _engine, _kernels
@@ -383,8 +380,6 @@ def test_grid_slots_give_the_same_bits():
     """The grid kernel with more copies in flight or more chunks waiting for their rows (so
     other slot counts, and other grids when fewer blocks fit an SM): rows of three chunks,
     several tickets a block, every element written, the same bits each time."""
-    import dataclasses
-
     from cusoftmax import _kernels
     from cusoftmax._layout import collapse
 
@@ -412,8 +407,6 @@ def test_two_pass_groups_give_the_same_bits(kind):
     """The two-pass schedule with one line per group, groups that leave the last one padded,
     and one group (online: also with nothing held, a step held and the most held): every
     element written, the same bits each time."""
-    import dataclasses
-
     from cusoftmax import _kernels
     from cusoftmax._layout import collapse
 
