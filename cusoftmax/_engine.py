@@ -307,22 +307,28 @@ def remembered(x, axis, op, dy=None):
     return hit[1]
 
 
-def fast_call(x, axis, op, scale=None):
-    """`op` of a CuPy array by a call remembered from an earlier one like it, or None (the
-    caller has checked that x is a cupy.ndarray and that no other argument but `scale` is
-    given; a scale the kernels do not take goes the general way)."""
+def _remembered_with(x, axis, op, scale):
+    """(the run remembered for `op` of x with `scale`, the Scaled load's word or None), or None
+    where there is none or the kernels do not take the scale (it goes the general way)."""
+    word = None
     if scale is not None:
         scale = fused_scale(scale, x.dtype)
         if scale is None:
             return None
+        word = _kernels.load_word("Scaled", scale)
     run = remembered(x, axis, _fast_op(op, scale))
-    if run is None:
+    return None if run is None else (run, word)
+
+
+def fast_call(x, axis, op, scale=None):
+    """`op` of a CuPy array by a call remembered from an earlier one like it, or None (the
+    caller has checked that x is a cupy.ndarray and that no other argument but `scale` is
+    given)."""
+    hit = _remembered_with(x, axis, op, scale)
+    if hit is None:
         return None
     y = fast_type(x.shape, x.dtype)  # what cupy.empty makes, one call fewer
-    if scale is None:
-        run(x, y)
-    else:
-        run(x, y, load=_kernels.load_word("Scaled", scale))
+    hit[0](x, y, load=hit[1])
     return y
 
 
@@ -343,14 +349,8 @@ def _reduce_again(run, size, dtype, shape):
 def reduce_fast(x, axis, op, scale=None):
     """A reduction `op` (its key, as ``reduced``'s `remember` gave it) of a CuPy array by a call
     remembered from an earlier one like it, or None (the caller passes no other argument)."""
-    if scale is not None:
-        scale = fused_scale(scale, x.dtype)
-        if scale is None:
-            return None
-    run = remembered(x, axis, _fast_op(op, scale))
-    if run is None:
-        return None
-    return run(x) if scale is None else run(x, _kernels.load_word("Scaled", scale))
+    hit = _remembered_with(x, axis, op, scale)
+    return None if hit is None else hit[0](x, hit[1])
 
 
 # NumPy calls seen before, by (op, shape, dtype, axis, the axis's type) -> (the reduced axes,
