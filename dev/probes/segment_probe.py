@@ -58,11 +58,14 @@ def main(argv):
                 tiles = _kernels.bind(p.tiles, None, dtype.name, device, tuning)
                 fold = _kernels.bind(p.fold, None, dtype.name, device, tuning)
                 word = _kernels.load_word("Scaled", 1.0)
+                # the fold and fixup read the order flag where their plans take it as an input
+                folds = (flag, y, work) if p.fold.inputs else (y, work)
                 got = {"tiles": timed(flush, lambda: tiles(x, x, seg, y, work, flag, load=word)),
-                       "fold": timed(flush, lambda: fold(flag, y, work))}
+                       "fold": timed(flush, lambda: fold(*folds))}
                 if p.fixup is not None:
                     fixup = _kernels.bind(p.fixup, None, dtype.name, device, tuning)
-                    got["fixup"] = timed(flush, lambda: fixup(x, x, work, flag, y, load=word))
+                    fixes = (x, x, work, flag, y) if p.fixup.inputs == 4 else (x, x, work, y)
+                    got["fixup"] = timed(flush, lambda: fixup(*fixes, load=word))
                 assert int(flag[0]) == 0
                 moved = x.nbytes * (3 if op.endswith("_vjp") else 1) + (0 if offsets else seg.nbytes) \
                     + (y.nbytes if not op.endswith("_vjp") else 0)
