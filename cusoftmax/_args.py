@@ -456,11 +456,16 @@ def offsets_rule(off, n: int, count, op: str, xp) -> None:
                          f"most the axis length {n}")
 
 
+def ids_length_rule(ids, n: int, op: str) -> None:
+    """One id an axis position."""
+    if ids.size != n:
+        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
+
+
 def ids_rule(ids, n: int, count, indices_are_sorted, op: str, xp) -> tuple[bool, int]:
     """(whether `ids` (of NumPy or CuPy) are sorted, the number of segments: `count`, or
     ``max(ids) + 1``); one an axis position, sorted where `indices_are_sorted` promises."""
-    if ids.size != n:
-        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
+    ids_length_rule(ids, n, op)
     is_sorted = not bool(xp.any(ids[1:] < ids[:-1]))
     if indices_are_sorted and not is_sorted:
         raise ValueError(f"{op}: indices_are_sorted=True but segment_ids are not sorted")
@@ -494,8 +499,7 @@ def device_segments(segment_ids, offsets, num_segments, n: int, op: str,
         return DeviceSegments(off, off.size - 1, True)
     cp = _arrays.cupy_or_none()
     ids = _index_array(segment_ids, "segment_ids", op, device=True)
-    if ids.size != n:
-        raise ValueError(f"{op}: segment_ids has {ids.size} entries, the axis {n}")
+    ids_length_rule(ids, n, op)
     if not unsorted:
         if count is None:
             count = _count_bound(max(int(ids[-1]) + 1, 0), op) if n else 0

@@ -84,10 +84,11 @@ def segment_softmax(x, segment_ids=None, *, offsets=None, num_segments=None, axi
     A segment holding NaN or +inf is all NaN, one of all -inf all NaN, as softmax's slices
     (SciPy). Results are deterministic. A GPU `x` with at most 8 elements a position along
     `axis` (the other axes' sizes multiplied), without `where`, with a scalar `scale` and not
-    float64 log_softmax or logsumexp, is computed by the segment kernels: x and the ids read once, the result written once, and the
-    rows of segments that cross a tile of the kernels read again. Anything else is computed by
-    the host: the segments' maxima and sums by NumPy's ``reduceat`` or ``ufunc.at`` (sums in
-    float64 for float32 and narrower types), a GPU array copied there and back.
+    float64 log_softmax or logsumexp, is computed by the segment kernels: x and the ids read
+    once, the result written once, and the rows of segments that cross a tile of the kernels
+    read again. Anything else is computed by the host: the segments' maxima and sums by NumPy's
+    ``reduceat`` or ``ufunc.at`` (sums in float64 for float32 and narrower types), a GPU array
+    copied there and back.
 
     Examples
     --------
@@ -399,7 +400,7 @@ def _on_device(c, segment_ids, offsets, num_segments, axis, indices_are_sorted, 
     word = _kernels.load_word("Scaled", 1.0 if scale is None else scale)
     device = c.array.device.id
 
-    def launch(seg):  # (the plan, y in segment order) or None where no plan takes the call
+    def launch(seg):  # y in segment order, or None where no plan takes the call
         if not seg.array.flags.c_contiguous or seg.array.data.ptr % 16:
             seg = seg._replace(array=seg.array.copy())  # read as contiguous 16-byte loads
         p = plans.plan(c.op, n, cols, seg.count, c.dtype.itemsize, seg.array.dtype, seg.offsets,
