@@ -86,12 +86,12 @@ def reduced(c: "Call", op: str, scale=None, remember=None):
             run, order = _reducer(x, last, op, load)
         y = cupy.empty(math.prod(x.shape[d] for d in order) * math.prod(tail), dtype=dtype)
         run(x, y, load=word)
-        if remember is not None and remember[0] is x and order == sorted(order) and not tail:
+        natural = sorted(order)
+        if remember is not None and remember[0] is x and order == natural and not tail:
             keep_run(x, remember[1], _reduce_again(run, y.size, dtype, remember[3]),
                      _fast_op(remember[2], scale))
         # y holds the slices in the layout's order of the kept axes (by x's strides).
         y = y.reshape([x.shape[d] for d in order] + list(tail))
-        natural = sorted(order)
         if order != natural:
             perm = [order.index(d) for d in natural] + list(range(len(order), y.ndim))
             y = cupy.ascontiguousarray(y.transpose(perm))
